@@ -1,0 +1,148 @@
+"""IPCModel.from_newton: the bag scene is read right, and every kind of bad model is refused by name."""
+import math
+
+import numpy as np
+import pytest
+import warp as wp
+
+from newtonipc_nb.inputs import (BAG_FILM, SPHERE_RADII, IPCModel, ModelError, add_mesh, bag_mesh,
+                                 bag_scene_builder, mesh_report, ring_vertices)
+
+
+@pytest.fixture(scope="module")
+def scene():
+    builder, idx = bag_scene_builder()
+    return builder.finalize(device="cpu"), idx
+
+
+def fresh():
+    return bag_scene_builder()[0].finalize(device="cpu")
+
+
+def snapshot(model):
+    return {k: getattr(model, k).numpy().copy() for k in
+            ("particle_q", "particle_mass", "particle_radius", "particle_flags", "tri_indices", "tri_poses", "edge_indices")}
+
+
+def test_bag_mesh_topology():
+    v, f = bag_mesh()
+    assert v.shape == (481, 3) and v.dtype == np.float64 and f.shape == (928, 3) and f.dtype == np.int32
+    assert ring_vertices(1)[0] == 1 and ring_vertices(15)[-1] == 480 and ring_vertices(11).tolist() == list(range(321, 353))
+    columns = sum(np.linalg.norm(v[ring_vertices(k + 1)] - v[ring_vertices(k)], axis=1) for k in range(11, 15))
+    np.testing.assert_allclose(columns, 0.030, rtol=0, atol=1e-15)
+    rep = mesh_report(v, f)
+    assert rep["nonmanifold_edges"] == 0 and rep["duplicated_directed_edges"] == 0 and rep["boundary_edges"] == 32
+    assert rep["min_area"] > 0
+    # the hem is the boundary loop
+    e = np.sort(np.concatenate([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]]), axis=1)
+    u, c = np.unique(e, axis=0, return_counts=True)
+    assert set(u[c == 1].ravel()) == set(ring_vertices(15).tolist())
+
+
+def test_bag_scene_counts_and_masses(scene):
+    model, idx = scene
+    before = snapshot(model)
+    ipc = IPCModel.from_newton(model)
+    m = ipc.mass.numpy()
+    film = np.asarray(idx.film)
+    assert len(ipc.film_particles) == 481 and ipc.film_particles.tolist() == film.tolist()
+    area = mesh_report(*bag_mesh())["total_area"]
+    assert math.isclose(m[film].sum(), BAG_FILM.areal_density * area, rel_tol=1e-6)
+    np.testing.assert_allclose(m[ipc.sphere.numpy()], [250 * 4 / 3 * math.pi * r**3 for r in SPHERE_RADII], rtol=1e-6)
+    assert ipc.sphere.numpy().tolist() == list(idx.spheres)
+    fixed = ipc.fixed.numpy().astype(bool)
+    assert fixed[list(idx.bin)].all() and fixed[list(idx.floor)].all() and not fixed[film].any()
+    np.testing.assert_allclose(ipc.radius.numpy()[ipc.sphere.numpy()], SPHERE_RADII, rtol=1e-6)
+    assert np.all(ipc.radius.numpy()[np.r_[film, list(idx.bin), list(idx.floor)]] == 0)
+    assert ipc.tri.dtype == wp.int32 and ipc.hinge.dtype == wp.int32 and ipc.tri_area.dtype == wp.float64
+    assert ipc.elastic_tri.shape[0] == 928
+    # every rest area is the geometric one, in FP64
+    x = ipc.rest_q.numpy(); t = ipc.tri.numpy()
+    geo = 0.5 * np.linalg.norm(np.cross(x[t[:, 1]] - x[t[:, 0]], x[t[:, 2]] - x[t[:, 0]]), axis=1)
+    np.testing.assert_allclose(ipc.tri_area.numpy(), geo, rtol=1e-5)
+    after = snapshot(model)
+    for k in before: np.testing.assert_array_equal(before[k], after[k], err_msg=f"from_newton modified model.{k}")
+
+
+def test_hinges_and_stiffness(scene):
+    model, idx = scene
+    ipc = IPCModel.from_newton(model)
+    h = ipc.hinge.numpy()
+    assert (h >= 0).all()
+    # interior edges of the bag: all edges (3·928 + 32)/2 minus the 32 hem edges
+    assert len(h) == (3 * 928 + 32) // 2 - 32
+    x = ipc.rest_q.numpy()
+    length = np.linalg.norm(x[h[:, 3]] - x[h[:, 2]], axis=1)
+    area = sum(0.5 * np.linalg.norm(np.cross(x[h[:, 3]] - x[h[:, 2]], x[h[:, i]] - x[h[:, 2]]), axis=1) for i in (0, 1))
+    np.testing.assert_allclose(ipc.hinge_k.numpy(), 6 * BAG_FILM.D * length**2 / area, rtol=1e-5)
+    # rest angles: 0 inside the bottom disc and across quad diagonals, 2π/32 between wall columns, π/2 at the corner ring
+    theta0 = np.abs(ipc.hinge_rest_angle.numpy())
+    expected = np.array([0.0, 2 * np.pi / 32, np.pi / 2])
+    assert np.all(np.min(np.abs(theta0[:, None] - expected), axis=1) < 1e-5)
+    assert all(np.any(np.abs(theta0 - e) < 1e-5) for e in expected)
+
+
+def _set(model, name, fn):
+    a = getattr(model, name).numpy().copy(); a = fn(a)
+    getattr(model, name).assign(a)
+    return model
+
+
+@pytest.mark.parametrize("case, edit, message", [
+    ("nan position", lambda m: _set(m, "particle_q", lambda a: (a.__setitem__(7, np.nan), a)[1]), "particle 7 has a non-finite position"),
+    ("inf position", lambda m: _set(m, "particle_q", lambda a: (a.__setitem__((12, 1), np.inf), a)[1]), "particle 12 has a non-finite position"),
+    ("nan mass", lambda m: _set(m, "particle_mass", lambda a: (a.__setitem__(3, np.nan), a)[1]), "particle 3 has a non-finite mass"),
+    ("negative mass", lambda m: _set(m, "particle_mass", lambda a: (a.__setitem__(5, -1.0), a)[1]), "particle 5 has a negative mass"),
+    ("negative radius", lambda m: _set(m, "particle_radius", lambda a: (a.__setitem__(-1, -0.01), a)[1]), "has an invalid radius"),
+    ("degenerate triangle", lambda m: _set(m, "tri_poses", lambda a: (a.__setitem__(10, np.inf), a)[1]), "triangle 10"),
+])
+def test_rejects_bad_model(case, edit, message):
+    model = edit(fresh())
+    before = snapshot(model)
+    with pytest.raises(ModelError, match=message):
+        IPCModel.from_newton(model)
+    after = snapshot(model)
+    for k in before: np.testing.assert_array_equal(before[k], after[k], err_msg=f"{case}: from_newton modified model.{k}")
+
+
+def test_rejects_degenerate_rest_triangle():
+    import newton
+    b = newton.ModelBuilder()
+    v = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [2, 0, 0]], dtype=float)   # vertices 0, 1, 3 are collinear
+    add_mesh(b, v, np.array([[0, 1, 2], [1, 3, 2]], dtype=np.int32), density=0.1, mu=1.0, lam=1.0)
+    model = b.finalize(device="cpu")
+    IPCModel.from_newton(model)                                                # valid as built
+    model.tri_indices.assign(np.array([[0, 1, 2], [0, 1, 3]], dtype=np.int32))  # Newton drops such faces at build time
+    with pytest.raises(ModelError, match=r"triangle 1 \[0, 1, 3\] is degenerate at rest"):
+        IPCModel.from_newton(model)
+
+
+def test_rejects_wrong_shapes_and_dtypes():
+    m = fresh()
+    m.particle_mass = wp.zeros(m.particle_count - 1, dtype=wp.float32, device="cpu")
+    with pytest.raises(ModelError, match=r"particle_mass has shape"):
+        IPCModel.from_newton(m)
+    m = fresh()
+    m.particle_q = wp.array(m.particle_q.numpy().astype(np.float64), dtype=wp.vec3d, device="cpu")
+    with pytest.raises(ModelError, match=r"particle_q has dtype float64, expected float32"):
+        IPCModel.from_newton(m)
+    m = fresh()
+    m.tri_indices = wp.array(m.tri_indices.numpy().astype(np.int64), dtype=wp.int64, device="cpu")
+    with pytest.raises(ModelError, match=r"tri_indices has dtype int64, expected int32"):
+        IPCModel.from_newton(m)
+
+
+def test_rejects_triangle_on_sphere_particle():
+    builder, idx = bag_scene_builder()
+    model = builder.finalize(device="cpu")
+    with pytest.raises(ModelError, match=r"triangle \d+ .* references sphere particle 0"):
+        IPCModel.from_newton(model, sphere_particles=[0, *idx.spheres])
+    with pytest.raises(ModelError, match=r"outside"):
+        IPCModel.from_newton(model, sphere_particles=[10_000])
+
+
+def test_rejects_sphere_without_radius():
+    m = fresh()
+    r = m.particle_radius.numpy(); r[-1] = 0.0; m.particle_radius.assign(r)
+    with pytest.raises(ModelError, match=r"sphere particle \d+ has radius 0"):
+        IPCModel.from_newton(m)
