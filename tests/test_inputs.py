@@ -75,11 +75,16 @@ def test_hinges_and_stiffness(scene):
     length = np.linalg.norm(x[h[:, 3]] - x[h[:, 2]], axis=1)
     area = sum(0.5 * np.linalg.norm(np.cross(x[h[:, 3]] - x[h[:, 2]], x[h[:, i]] - x[h[:, 2]]), axis=1) for i in (0, 1))
     np.testing.assert_allclose(ipc.hinge_k.numpy(), 6 * BAG_FILM.D * length**2 / area, rtol=1e-5)
-    # rest angles: 0 inside the bottom disc and across quad diagonals, 2π/32 between wall columns, π/2 at the corner ring
-    theta0 = np.abs(ipc.hinge_rest_angle.numpy())
-    expected = np.array([0.0, 2 * np.pi / 32, np.pi / 2])
-    assert np.all(np.min(np.abs(theta0[:, None] - expected), axis=1) < 1e-5)
-    assert all(np.any(np.abs(theta0 - e) < 1e-5) for e in expected)
+    # |θ0| equals the angle between the two face normals, computed here independently with arccos
+    n = lambda p, q, r: np.cross(x[q] - x[p], x[r] - x[p]) / np.linalg.norm(np.cross(x[q] - x[p], x[r] - x[p]), axis=1, keepdims=True)
+    n1, n2 = n(h[:, 0], h[:, 2], h[:, 3]), n(h[:, 1], h[:, 3], h[:, 2])
+    np.testing.assert_allclose(np.abs(ipc.hinge_rest_angle.numpy()), np.arccos(np.clip(np.sum(n1 * n2, 1), -1, 1)), atol=1e-6)
+    # the bottom disc is flat and the bottom corner ring is folded by more than 80°
+    z = x[:, 2] - x[list(idx.film), 2].min()
+    flat = np.all(z[h] < 1e-9, axis=1)
+    assert flat.sum() > 0 and np.abs(ipc.hinge_rest_angle.numpy()[flat]).max() < 1e-6
+    corner = (z[h[:, 2]] < 1e-9) & (z[h[:, 3]] < 1e-9) & (np.maximum(z[h[:, 0]], z[h[:, 1]]) > 1e-3)
+    assert corner.sum() == 32 and np.abs(ipc.hinge_rest_angle.numpy()[corner]).min() > np.radians(80)
 
 
 def _set(model, name, fn):
