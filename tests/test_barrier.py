@@ -1,0 +1,314 @@
+"""Contact primitives, candidate search and barrier (newtonipc_nb.barrier): cross-checks beyond the notebook.
+
+Default runs are small; `slow` runs the full-size checks of the issue (≥ 100,000 configurations per
+family against ipctk, more bag states and trajectories). `gpu` compares the CUDA search with the CPU one.
+"""
+import math
+
+import numpy as np
+import pytest
+import warp as wp
+
+from newtonipc_nb.barrier import (EE_CASES, KIND_EE, KIND_SF, KIND_SS, KIND_VT, VT_CASES, BarrierTerm, CandidateSearch,
+                                  ContactSet, bag_film_model, barrier_test_scene, barrier_values, brute_force_contacts,
+                                  contact_keys, crumpled_bag, edge_edge_distance, exact_edge_edge_distance, flattened_bag,
+                                  folded_bag, ipctk_distances, sample_configurations, swept_check, vertex_face_distance)
+from newtonipc_nb.inputs import HessianBlocks, IPCModel, bag_scene_builder
+
+ipctk = pytest.importorskip("ipctk")
+
+
+@pytest.fixture(scope="module")
+def film():
+    return bag_film_model("cpu")
+
+
+@pytest.fixture(scope="module")
+def scene():
+    builder, idx = bag_scene_builder()
+    return IPCModel.from_newton(builder.finalize(device="cpu")), idx
+
+
+def _wp(x, device="cpu"):
+    return wp.array(np.asarray(x, dtype=np.float64), dtype=wp.vec3d, device=device)
+
+
+# --- distances against ipctk ------------------------------------------------------------------
+
+def _check_against_ipctk(kind, case, n, seed):
+    """|d − sqrt(d²_ipctk)| < 1e-12 m; where ipctk is ill-conditioned (nearly parallel edges), the exact rational
+    distance decides, and ours must match it to 1e-14 m while being closer than ipctk's."""
+    x = sample_configurations(kind, case, n, seed)
+    x_copy = x.copy()
+    d, w = (vertex_face_distance if kind == KIND_VT else edge_edge_distance)(x)
+    np.testing.assert_array_equal(x, x_copy)                       # inputs untouched
+    assert np.abs(w.sum(1)).max() < 1e-15
+    ref = ipctk_distances(kind, x)
+    bad = np.flatnonzero(np.abs(d - ref) >= 1e-12)
+    if kind == KIND_VT or case != "nearly parallel":
+        assert len(bad) == 0, f"{case}: {len(bad)} configurations differ from ipctk by ≥ 1e-12 m (max {np.abs(d - ref).max():.2e})"
+    for i in bad[:400]:                                            # exact arithmetic is slow: a sample of the disagreements
+        ex = exact_edge_edge_distance(x[i])
+        assert abs(d[i] - ex) < 1e-14 and abs(d[i] - ex) <= abs(ref[i] - ex), (i, d[i], ref[i], ex)
+    return len(bad)
+
+
+@pytest.mark.parametrize("case", VT_CASES)
+def test_vertex_face_vs_ipctk(case):
+    _check_against_ipctk(KIND_VT, case, 10_000, 100)
+
+
+@pytest.mark.parametrize("case", EE_CASES)
+def test_edge_edge_vs_ipctk(case):
+    _check_against_ipctk(KIND_EE, case, 10_000, 200)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,case", [(KIND_VT, c) for c in VT_CASES] + [(KIND_EE, c) for c in EE_CASES])
+def test_distances_vs_ipctk_100k(kind, case):
+    _check_against_ipctk(kind, case, 100_000, 300)
+
+
+def test_weights_reproduce_closest_points():
+    """The weights are those of the closest points: no point of the primitives found by dense sampling is closer."""
+    rng = np.random.default_rng(5)
+    x = rng.random((200, 4, 3))
+    d, w = vertex_face_distance(x)
+    u, v = np.meshgrid(np.linspace(0, 1, 60), np.linspace(0, 1, 60)); m = (u + v) <= 1; u, v = u[m], v[m]
+    for i in range(len(x)):
+        q = x[i, 1] + u[:, None] * (x[i, 2] - x[i, 1]) + v[:, None] * (x[i, 3] - x[i, 1])
+        assert d[i] <= np.linalg.norm(q - x[i, 0], axis=1).min() + 1e-15
+        assert w[i, 0] == 1 and np.all(w[i, 1:] <= 0)              # a barycentric point of the face
+    d, w = edge_edge_distance(x)
+    s = np.linspace(0, 1, 200)
+    for i in range(len(x)):
+        pa = x[i, 0] + s[:, None] * (x[i, 1] - x[i, 0]); pb = x[i, 2] + s[:, None] * (x[i, 3] - x[i, 2])
+        assert d[i] <= np.linalg.norm(pa[:, None] - pb[None], axis=2).min() + 1e-15
+        assert 0 <= w[i, 1] <= 1 and -1 <= w[i, 3] <= 0
+
+
+def test_batch_input_errors():
+    x = np.zeros((3, 4, 3))
+    with pytest.raises(TypeError, match="float64"): vertex_face_distance(x.astype(np.float32))
+    with pytest.raises(ValueError, match=r"\(n, 4, 3\)"): edge_edge_distance(np.zeros((3, 3, 3)))
+    with pytest.raises(TypeError, match="numpy array"): edge_edge_distance([[0.0] * 3] * 4)
+    x[1, 2, 0] = np.nan
+    with pytest.raises(ValueError, match="configuration 1"): vertex_face_distance(x)
+    d, w = vertex_face_distance(np.zeros((0, 4, 3)))
+    assert d.shape == (0,) and w.shape == (0, 4)
+
+
+def test_degenerate_primitives_finite():
+    """Zero-area triangles and zero-length edges fall through to the edge/endpoint branches: finite, exact results."""
+    p = np.array([[[0, 0, 1.0], [0, 0, 0], [1, 0, 0], [2, 0, 0]],     # collinear triangle
+                  [[0, 1.0, 0], [0.5, 0, 0], [0.5, 0, 0], [0.5, 0, 0]]])  # a point triangle
+    d, w = vertex_face_distance(p)
+    np.testing.assert_allclose(d, [1.0, np.hypot(0.5, 1.0)], rtol=0, atol=1e-15)
+    e = np.array([[[0, 0, 0], [0, 0, 0], [1, 1, 0], [1, -1, 0.0]]])       # a zero-length edge
+    d, w = edge_edge_distance(e)
+    np.testing.assert_allclose(d, [1.0], atol=1e-15); assert np.all(np.isfinite(w))
+
+
+# --- candidate search ---------------------------------------------------------------------------
+
+def _misses(model, X, **kw):
+    cs = CandidateSearch(model, **kw).update(_wp(X))
+    bp, bk, _ = brute_force_contacts(model, X)
+    active = contact_keys(bp, bk)
+    return len(active - contact_keys(*cs.numpy()[:2])), len(active), cs.count
+
+
+@pytest.mark.parametrize("state", ["flattened", "folded", "crumpled"])
+def test_zero_misses_on_bag(film, state):
+    V = film.rest_q.numpy()
+    X = {"flattened": flattened_bag(V), "folded": folded_bag(V, bend=2e-4), "crumpled": crumpled_bag(V, seed=7)}[state]
+    for skin in (0.0, 1.5e-3):
+        missed, active, count = _misses(film, X, skin=skin)
+        assert active > 500 and missed == 0, (state, skin, missed, active, count)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(10))
+def test_zero_misses_on_crumpled_bags(film, seed):
+    V = film.rest_q.numpy()
+    for amp in (3e-3, 6e-3, 12e-3):
+        missed, active, _ = _misses(film, crumpled_bag(V, seed=100 + seed, amplitude=amp), skin=0.0)
+        assert active > 0 and missed == 0
+
+
+def test_candidates_respect_exclusions(scene):
+    model, idx = scene
+    X = model.rest_q.numpy().copy()
+    X[list(idx.film)] = folded_bag(X[list(idx.film)] - [0, 0, 0.002]) + [0, 0, 0.002]
+    cs = CandidateSearch(model).update(_wp(X))
+    pairs, kind, off = cs.numpy()
+    fixed = model.fixed.numpy().astype(bool)
+    assert not fixed[pairs].all(1).any()
+    vt = pairs[kind == KIND_VT]; assert not (vt[:, :1] == vt[:, 1:]).any()
+    ee = pairs[kind == KIND_EE]
+    assert not ((ee[:, [0]] == ee[:, 2:]) | (ee[:, [1]] == ee[:, 2:])).any()        # no shared vertex
+    keys = [tuple(sorted((tuple(sorted(p[:2])), tuple(sorted(p[2:]))))) for p in ee.tolist()]
+    assert len(keys) == len(set(keys))
+    assert cs.counts()["sphere–sphere"] == 21
+    np.testing.assert_array_equal(off[kind == KIND_VT], 3e-5)
+
+
+def test_overflow_regrow_identical(film):
+    X = folded_bag(film.rest_q.numpy())
+    tiny = CandidateSearch(film, capacity=1)
+    cs = tiny.update(_wp(X))
+    assert tiny.stats["regrows"] == 1 and cs.capacity >= cs.count > 1
+    ref = CandidateSearch(film, capacity=200_000).update(_wp(X))
+    assert contact_keys(*cs.numpy()[:2]) == contact_keys(*ref.numpy()[:2])
+
+
+def test_skin_reuse_is_sound(film):
+    """Random moves that stay inside the skin boxes reuse the set, and the reused set still has every active pair."""
+    rng = np.random.default_rng(9)
+    X = folded_bag(film.rest_q.numpy())
+    search = CandidateSearch(film, skin=1.5e-3)
+    cs0 = search.update(_wp(X))
+    have = contact_keys(*cs0.numpy()[:2])
+    for _ in range(5):
+        Y = X + rng.uniform(-1.49e-3, 1.49e-3, X.shape)
+        assert search.update(_wp(X), _wp(Y)) is cs0
+        for tau in (0.25, 0.5, 1.0):
+            bp, bk, _ = brute_force_contacts(film, (1 - tau) * X + tau * Y)
+            assert not (contact_keys(bp, bk) - have)
+    assert search.stats["builds"] == 1 and search.stats["reuses"] == 5
+    Y = X.copy(); Y[100, 2] -= 1.51e-3
+    assert not search.covers(_wp(Y)) and search.update(_wp(Y)) is cs0 and search.stats["builds"] == 2
+
+
+def test_search_input_errors(film):
+    s = CandidateSearch(film)
+    X = film.rest_q.numpy()
+    with pytest.raises(TypeError, match="wp.array"): s.update(X)
+    with pytest.raises(ValueError, match="one vec3d per particle"): s.update(_wp(X[:5]))
+    Y = X.copy(); Y[3, 1] = np.inf
+    with pytest.raises(ValueError, match="particle 3"): s.update(_wp(Y))
+    with pytest.raises(ValueError, match="dhat > 0"): CandidateSearch(film, dhat=0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_swept_17_instants(film, seed):
+    rng = np.random.default_rng(seed)
+    V = film.rest_q.numpy()
+    X0 = crumpled_bag(V, seed=20 + seed, amplitude=3e-3)
+    X1 = X0 + 4e-3 * rng.standard_normal(X0.shape)                  # a rough random motion, up to ~1 cm per vertex
+    r = swept_check(film, X0, X1, skin=0.0)
+    assert r["active_any_instant"] > 1000 and r["missed"] == 0, r
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(8))
+def test_swept_17_instants_slow(film, scene, seed):
+    rng = np.random.default_rng(50 + seed)
+    V = film.rest_q.numpy()
+    X0 = folded_bag(V) if seed % 2 else crumpled_bag(V, seed=seed)
+    for scale in (1e-3, 5e-3, 2e-2):
+        X1 = X0 + scale * rng.standard_normal(X0.shape)
+        for skin in (0.0, 1.5e-3):
+            r = swept_check(film, X0, X1, skin=skin)
+            assert r["missed"] == 0, (scale, skin, r)
+    model, idx = scene                                              # spheres falling through the film and onto each other
+    X0 = model.rest_q.numpy(); X1 = X0.copy(); s = np.asarray(idx.spheres)
+    X1[s] = X0[s] * [1, 1, 0] + rng.uniform(-0.03, 0.03, (len(s), 3)) + [0, 0, 0.05]
+    r = swept_check(model, X0, X1)
+    assert r["missed"] == 0 and r["active_any_instant"] > 0, r
+
+
+def test_sphere_kinds(scene):
+    model, idx = scene
+    X = model.rest_q.numpy().copy(); s = np.asarray(idx.spheres); R = model.radius.numpy()[s]
+    X[s[0]] = [0.0, 0.0, 0.002 + R[0] + 4e-4]
+    X[s[1]] = X[s[0]] + [0.0, 0.0, R[0] + R[1] + 5e-4]             # stacked on sphere 0
+    cs = CandidateSearch(model, skin=0.0).update(_wp(X))
+    bp, bk, bg = brute_force_contacts(model, X)
+    assert (bk == KIND_SF).sum() > 0 and (bk == KIND_SS).sum() == 1
+    assert not (contact_keys(bp, bk) - contact_keys(*cs.numpy()[:2]))
+    term = BarrierTerm(cs)
+    gaps = term.gaps(_wp(X)); kinds = cs.numpy()[1]
+    np.testing.assert_allclose(gaps[kinds == KIND_SS].min(), 5e-4, atol=1e-9)
+    np.testing.assert_allclose(gaps[kinds == KIND_SF].min(), 4e-4 - 1.5e-5, atol=1e-9)
+
+
+@pytest.mark.gpu
+def test_cuda_search_matches_cpu(film):
+    X = crumpled_bag(film.rest_q.numpy(), seed=3)
+    gpu_model = bag_film_model("cuda:0")
+    cs_gpu = CandidateSearch(gpu_model).update(_wp(X, "cuda:0"))
+    cs_cpu = CandidateSearch(film).update(_wp(X))
+    assert contact_keys(*cs_gpu.numpy()[:2]) == contact_keys(*cs_cpu.numpy()[:2])
+    Xb, cset = barrier_test_scene()
+    pairs, kind, off = cset.numpy()
+    tg = BarrierTerm(ContactSet.from_numpy(pairs, kind, off, device="cuda:0"))
+    assert abs(tg.energy(_wp(Xb, "cuda:0")) - BarrierTerm(cset).energy(_wp(Xb))) < 1e-15
+
+
+# --- barrier --------------------------------------------------------------------------------------
+
+def test_barrier_scalar_derivatives():
+    for dhat, k in ((1e-3, 1000.0), (1.2e-4, 50.0)):
+        g = np.geomspace(1e-3 * dhat, 0.999 * dhat, 300); h = 1e-4 * g
+        v, vp, vm = barrier_values(g, dhat, k), barrier_values(g + h, dhat, k), barrier_values(g - h, dhat, k)
+        np.testing.assert_allclose((vp[:, 0] - vm[:, 0]) / (2 * h), v[:, 1], rtol=1e-6, atol=1e-9 * np.abs(v[:, 1]).max())
+        np.testing.assert_allclose((vp[:, 1] - vm[:, 1]) / (2 * h), v[:, 2], rtol=1e-6, atol=1e-9 * np.abs(v[:, 2]).max())
+        a = g - dhat
+        np.testing.assert_allclose(v[:, 0], -k * a * a * np.log(g / dhat), rtol=1e-14)   # SPEC §4, unsquared
+        assert np.all(v[:, 2] > 0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_barrier_term_central_differences(seed):
+    X, cset = barrier_test_scene(seed)
+    term = BarrierTerm(cset, dhat=1e-3, kappa=1000.0)
+    x = _wp(X)
+    g0 = term.gaps(x); assert np.all((g0 > 0) & (g0 < 1e-3))
+    grad = wp.zeros(len(X), dtype=wp.vec3d, device="cpu")
+    hb = HessianBlocks.allocate(term.num_blocks() + 5, device="cpu")
+    term.accumulate(x, grad, hb, 5)
+    assert (hb.rows.numpy()[:5] == -1).all()
+    G = grad.numpy().ravel()
+    H = np.zeros((G.size, G.size))
+    for r, c, m in zip(hb.rows.numpy(), hb.cols.numpy(), hb.vals.numpy()):
+        if r >= 0: H[3 * r:3 * r + 3, 3 * c:3 * c + 3] += m
+    h = 1e-8
+    fd = np.zeros(G.size); J = np.zeros((len(g0), G.size))
+    for i in range(G.size):
+        Xp, Xm = X.copy(), X.copy(); Xp.flat[i] += h; Xm.flat[i] -= h
+        fd[i] = (term.energy(_wp(Xp)) - term.energy(_wp(Xm))) / (2 * h)
+        J[:, i] = (term.gaps(_wp(Xp)) - term.gaps(_wp(Xm))) / (2 * h)
+    np.testing.assert_allclose(G, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
+    d2 = barrier_values(g0)[:, 2]
+    np.testing.assert_allclose(H, (J.T * d2) @ J, rtol=0, atol=1e-6 * np.abs(H).max())
+    np.testing.assert_allclose(H, H.T, atol=1e-12 * np.abs(H).max())
+    assert np.linalg.eigvalsh(H).min() > -1e-9 * np.abs(H).max()
+    e = term.energy(x)
+    np.testing.assert_allclose(e, barrier_values(g0)[:, 0].sum(), rtol=1e-14)
+
+
+def test_barrier_term_admissibility_and_errors():
+    X, cset = barrier_test_scene()
+    term = BarrierTerm(cset)
+    Y = X.copy(); Y[0] = X[1:4].mean(0)                             # vertex inside the face: g = −min_gap
+    assert math.isinf(term.energy(_wp(Y)))
+    Y = X.copy(); Y[8] = X[9]                                        # sphere centres coincide: ‖r‖ = 0, never NaN
+    assert math.isinf(term.energy(_wp(Y)))
+    assert term.min_gap(_wp(Y)) < 0
+    with pytest.raises(TypeError, match="ContactSet"): BarrierTerm(42)
+    with pytest.raises(ValueError, match="do not fit"):
+        term.accumulate(_wp(X), wp.zeros(len(X), dtype=wp.vec3d), HessianBlocks.allocate(10, device="cpu"), 0)
+    with pytest.raises(TypeError, match="vec3d"): term.energy(wp.array(X, dtype=wp.vec3f))
+    empty = BarrierTerm(ContactSet.allocate(4))
+    assert empty.energy(_wp(X)) == 0.0 and empty.num_blocks() == 0 and empty.min_gap(_wp(X)) == math.inf
+
+
+def test_barrier_term_follows_search(film):
+    """A term built on a CandidateSearch always sees its current set (num_blocks tracks rebuilds)."""
+    search = CandidateSearch(film)
+    term = BarrierTerm(search)
+    X = folded_bag(film.rest_q.numpy())
+    search.update(_wp(film.rest_q.numpy())); n_rest = term.num_blocks()
+    search.update(_wp(X)); assert term.num_blocks() == 16 * search.contacts.count > n_rest
+    assert 0 < term.min_gap(_wp(X)) < 1e-3 and np.isfinite(term.energy(_wp(X))) and term.energy(_wp(X)) > 0
