@@ -115,7 +115,7 @@ def skip_flags():
     return set(flags) - set(forced)
 
 
-def execute(nb_path: Path, timeout: int):
+def execute(nb_path: Path, timeout: int, keep_links=True):
     "Run `nb_path` in a fresh kernel as nbdev_test would (flagged cells skipped); the executed notebook and the skipped cells."
     import nbformat
     from nbclient import NotebookClient
@@ -141,7 +141,7 @@ def execute(nb_path: Path, timeout: int):
         if why != "nbdev_export":
             c.outputs = [nbformat.v4.new_output("stream", name="stdout",
                          text=f"(not run in the docs build: a `{why}` cell; run the notebook with a kernel to see its output)\n")]
-    prune_widget_state(nb)
+    prune_widget_state(nb, keep_links)
     errors = [dict(cell=i, ename=o.get("ename"), evalue=str(o.get("evalue"))[:300])
               for i, c in enumerate(nb.cells) if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     return nb, skipped, errors
@@ -150,7 +150,7 @@ def execute(nb_path: Path, timeout: int):
 WIDGET_STATE, WIDGET_VIEW = "application/vnd.jupyter.widget-state+json", "application/vnd.jupyter.widget-view+json"
 
 
-def prune_widget_state(nb) -> tuple[int, int]:
+def prune_widget_state(nb, keep_links=True) -> tuple[int, int]:
     "Keep only the widgets a shown view needs (and links between them): a kernel also holds test-only and closed widgets."
     state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state")
     if not state: return 0, 0
@@ -166,7 +166,7 @@ def prune_widget_state(nb) -> tuple[int, int]:
         if m in keep or m not in state: continue
         keep.add(m); todo.extend(refs(state[m].get("state", {}), set()))
     for m, w in state.items():  # jslink / jsdlink widgets tie two kept widgets together
-        if m not in keep and w.get("model_name") in ("LinkModel", "DirectionalLinkModel"):
+        if keep_links and m not in keep and w.get("model_name") in ("LinkModel", "DirectionalLinkModel"):
             r = refs(w.get("state", {}), set())
             if r and r <= keep: keep.add(m)
     before = len(state)
@@ -391,7 +391,8 @@ def execute_in_place(timeout):
     bad = 0
     for p in notebooks():
         print(f"executing nbs/{p.relative_to(NBS)}", flush=True)
-        nb, skipped, errors = execute(p, timeout)
+        # no jslink state: nbdev_docs (execnb) takes its "source" key for cell source and cannot write the notebook
+        nb, skipped, errors = execute(p, timeout, keep_links=False)
         nbformat.write(nb, p)
         for e in errors: print(f"  cell {e['cell']}: {e['ename']}: {e['evalue']}"); bad += 1
     return bad
