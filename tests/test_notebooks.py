@@ -8,7 +8,7 @@ from configparser import ConfigParser
 from pathlib import Path
 
 import pytest
-from nbdev.test import test_nb
+from nbdev import test as nbdev_test
 
 ROOT = Path(__file__).resolve().parents[1]
 _cfg = ConfigParser(delimiters=["="]); _cfg.read(ROOT / "settings.ini")
@@ -21,5 +21,5 @@ NOTEBOOKS = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if not p.name.start
 def test_notebook(nb):
     unknown = [f for f in FORCED if f not in TST_FLAGS]
     assert not unknown, f"NEWTONIPC_TEST_FLAGS names flags {unknown} that settings.ini's tst_flags does not define"
-    ok, seconds = test_nb(nb, skip_flags=[f for f in TST_FLAGS if f not in FORCED], force_flags=FORCED)
+    ok, seconds = nbdev_test.test_nb(nb, skip_flags=[f for f in TST_FLAGS if f not in FORCED], force_flags=FORCED)
     assert ok, f"{nb.name} failed (see the traceback above)"
