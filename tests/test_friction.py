@@ -64,8 +64,6 @@ def test_without_friction_the_sphere_slides_freely():
     assert r["slides"] and abs(r["a_rel_err"]) < 1e-3 and r["displacement"] > 0.07
 
 
-@pytest.mark.xfail(strict=True, reason="SolverIPC stops on the first Newton iteration when max|Δx| < tolerance without "
-                                       "taking that step; the first step of a body at rest on a 30° slope is 6.5 µm < 12 µm")
 def test_starts_sliding_at_the_default_tolerance():
     r = slide_on_incline(30, "sphere", tolerance=1.2e-5)
     assert abs(r["a_rel_err"]) < 0.02, r
