@@ -49,3 +49,32 @@ def test_console_script_exists():
 @pytest.mark.slow
 def test_full_runner(tmp_path):
     assert main(["--full", "--report", str(tmp_path / "r.json"), "--bag-out", str(tmp_path / "bag.npz")]) == 0
+
+
+def test_vbd_side_by_side_runs_both_solvers_for_0_2_s():
+    """SPEC.md §7 harness: 0.2 s of the bag choreography through SolverIPC and Newton's SolverVBD, same measures."""
+    import numpy as np
+    from newtonipc_nb.validation import SEED_SIDE_BY_SIDE, compare_vbd
+    table, trajs = compare_vbd(0.2, device="cpu")
+    assert table.measured.tolist()[:5] == list(SEED_SIDE_BY_SIDE)
+    for name in ("ipc", "vbd"):
+        t = trajs[name]
+        assert str(t["stopped"]).startswith("completed"), t["stopped"]
+        assert t["film"].shape == (49, 481, 3) and t["spheres"].shape == (49, 7, 3)
+        assert np.isfinite(t["film"]).all()
+        assert abs(t["time"][-1] - 0.2) < 1e-9
+    # both solvers moved the hem down (the fold over the rim has begun) and kept the waiting spheres in place
+    from newtonipc_nb.inputs import HEM_RING, ring_vertices
+    for name in ("ipc", "vbd"):
+        f = trajs[name]["film"]
+        assert f[-1][ring_vertices(HEM_RING), 2].mean() < f[0][ring_vertices(HEM_RING), 2].mean() - 2e-3
+        assert np.abs(trajs[name]["spheres"][-1] - trajs[name]["spheres"][0]).max() < 1e-4
+    ours = table.columns[-2:]
+    assert all(table.loc[table.measured == "self-intersection frames / all frames", c].item().endswith("/ 49") for c in ours)
+
+
+@pytest.mark.slow
+def test_vbd_side_by_side_full():
+    from newtonipc_nb.validation import compare_vbd
+    table, trajs = compare_vbd(8.45)
+    assert str(trajs["vbd"]["stopped"]).startswith("completed")
