@@ -324,16 +324,29 @@ def build_page(nb_path: Path, out: Path, pages, require_paths, timeout, key):
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.write_text(body)
     info.update(seconds=round(time.time() - t0, 1), widget_views=body.count('<script type="application/vnd.jupyter.widget-view+json">'),
-                showdoc=body.count("celltag_showdoc"), bytes=len(body))
+                showdoc=len(re.findall(r'class="[^"]*celltag_showdoc', body)), bytes=len(body))
     (out / "_pages").mkdir(exist_ok=True)
     (out / "_pages" / (html_name.replace("/", "__") + ".json")).write_text(json.dumps(info, indent=1))
     return info
 
 
 # ---------------------------------------------------------------- the site
+def package_deps(nb: Path) -> list[Path]:
+    "The package modules a notebook uses: those it names or exports, and what they import, transitively."
+    lib = cfg().get("lib_name", "newtonipc_nb"); pkg = ROOT / cfg().get("lib_path", lib)
+    pat = re.compile(rf"(?:\b{lib}\.|from \.|from {lib} import |default_exp\s+)(\w+)")
+    found, todo = set(), set(pat.findall(nb.read_text())) | {"__init__"}
+    while todo:
+        m = todo.pop()
+        f = pkg / f"{m}.py"
+        if m in found or not f.exists(): continue
+        found.add(m); todo |= set(pat.findall(f.read_text()))
+    return sorted(pkg / f"{m}.py" for m in found)
+
+
 def source_key(nb: Path) -> str:
     h = hashlib.sha256(Path(__file__).read_bytes() + nb.read_bytes() + (ROOT / "settings.ini").read_bytes())
-    for p in sorted((ROOT / cfg().get("lib_path", "newtonipc_nb")).rglob("*.py")): h.update(p.read_bytes())
+    for p in package_deps(nb): h.update(p.name.encode() + p.read_bytes())
     h.update(" ".join(sorted(skip_flags())).encode())
     return h.hexdigest()
 
@@ -385,11 +398,12 @@ def build(out: Path = OUT, only=(), force=False, timeout=900, jobs=1, quiet=Fals
     return report
 
 
-def execute_in_place(timeout):
+def execute_in_place(timeout, only=()):
     "For the deploy job (a throwaway checkout): execute every notebook and write outputs and widget state back into nbs/."
     import nbformat
     bad = 0
     for p in notebooks():
+        if only and p.stem not in only and p.name not in only: continue
         print(f"executing nbs/{p.relative_to(NBS)}", flush=True)
         # no jslink state: nbdev_docs (execnb) takes its "source" key for cell source and cannot write the notebook
         nb, skipped, errors = execute(p, timeout, keep_links=False)
@@ -426,7 +440,7 @@ def main(argv=None):
         site = json.loads((a.out / "_site.json").read_text())
         build_page(a.page.resolve(), a.out, site["pages"], site["require_paths"], a.timeout, a.key); return 0
     if a.execute_in_place:
-        return 1 if execute_in_place(a.timeout) and a.strict else 0
+        return 1 if execute_in_place(a.timeout, a.only) and a.strict else 0
     if not a.no_build:
         rep = build(a.out.resolve(), a.only, a.force, a.timeout, a.jobs)
         if a.strict and any(r.get("errors") or r.get("fatal") for r in rep["pages"]): return 1

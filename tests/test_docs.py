@@ -7,7 +7,7 @@ is absent. Run it with
     NEWTONIPC_TEST_FLAGS=slow python -m pytest tests/test_docs.py
 Screenshots of every page and of every 3D canvas land in _docs_preview/_check/.
 """
-import base64, functools, http.server, importlib.util, json, os, shutil, struct, subprocess, tempfile, threading, time, zlib
+import base64, functools, http.server, importlib.util, json, os, re, shutil, struct, subprocess, tempfile, threading, time, zlib
 from configparser import ConfigParser
 from pathlib import Path
 
@@ -119,10 +119,10 @@ class Browser:
         raise TimeoutError(url)
 
     def errors(self):
-        "Console errors, uncaught exceptions and failed loads since the last navigation."
+        "Console errors, uncaught exceptions and failed loads since the last navigation or the last call."
         self.call("Runtime.evaluate", session=True, expression="0")  # drain
-        out = []
-        for e in self.events:
+        out, events, self.events = [], self.events, []
+        for e in events:
             m, p = e.get("method"), e.get("params", {})
             if m == "Runtime.exceptionThrown":
                 d = p["exceptionDetails"]; out.append("exception: " + d.get("exception", {}).get("description", d.get("text", "")))
@@ -194,12 +194,23 @@ def test_canvas_coverage_tells_blank_from_drawn():
     assert abs(cover - 0.06) < 1e-12 and colours == 2 and bg == (247, 247, 247)
 
 
-def exported_names(nb: Path):
-    "The names a notebook's show_doc entries should document: its module's __all__."
-    import importlib, re
-    m = re.search(r"#\|\s*default_exp\s+(\S+)", nb.read_text())
-    if not m: return []
-    return list(getattr(importlib.import_module(f"{CFG['lib_name']}.{m.group(1)}"), "__all__", []))
+def documented_names(nb: Path):
+    "The names nbdev gives show_doc entries (top-level defs and classes of exported cells), split into (python, warp):"
+    " nbdev's show_doc skips Warp's @wp.func objects (it skips any type named 'Function'), so those are only reported."
+    import ast, importlib
+    cells = ["".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+    m = re.search(r"^#\|\s*default_exp\s+([\w.]+)", "\n".join(cells), flags=re.M)
+    if not m: return [], []
+    mod = importlib.import_module(f"{CFG['lib_name']}.{m.group(1)}")
+    names = []
+    for src in cells:
+        if not re.search(r"^#\|\s*exports?\b", src, flags=re.M): continue
+        try: tree = ast.parse("\n".join(l for l in src.splitlines() if not l.lstrip().startswith(("%", "!"))))
+        except SyntaxError: continue
+        names += [o.name for o in tree.body if isinstance(o, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and not o.name.startswith("_")]
+    is_warp = lambda n: type(getattr(mod, n, None)).__name__ == "Function" and type(getattr(mod, n)).__module__.startswith("warp")
+    return [n for n in names if not is_warp(n)], [n for n in names if is_warp(n)]
 
 
 @pytest.mark.slow
@@ -234,11 +245,22 @@ def test_preview_pages_in_headless_chromium():
             errs = browser.errors()
             if errs: problems.append(f"{name}: console errors: {errs[:5]}")
             src = docs_preview.NBS / page["source"].split("nbs/", 1)[1]
-            want = exported_names(src)
+            md = "".join("".join(c["source"]) for c in json.loads(src.read_text())["cells"] if c["cell_type"] == "markdown")
+            if "$$" in md or re.search(r"\$[^$\s][^$]*\$", md):  # the page has math: MathJax (local) typeset it
+                typeset = browser.js("document.querySelectorAll('mjx-container').length")
+                if not typeset or browser.js("document.querySelector('main').innerText.includes('$$')"):
+                    problems.append(f"{name}: its math is not typeset ({typeset} formulas rendered)")
+            fresh = docs_preview.source_key(src) == page.get("key")  # else someone edited it while the check ran
+            if not fresh: notes.append(f"{name}: its notebook or module changed after the page was built; API docs not checked")
+            want, warp_funcs = documented_names(src) if fresh else ([], [])
             got = set(browser.js("[...document.querySelectorAll('.celltag_showdoc h2[id], .celltag_showdoc h3[id], "
                                  ".celltag_showdoc h4[id]')].map(h => h.textContent.trim())"))
-            missing = [n for n in want if n not in got]
+            shown = lambda n: n in got or any(g.endswith("." + n) for g in got)  # a @patch-ed method shows as Class.name
+            missing = [n for n in want if not shown(n)]
             if missing: problems.append(f"{name}: API docs missing for {missing}")
+            if [n for n in warp_funcs if not shown(n)]:
+                notes.append(f"{name}: no API docs for the Warp functions {[n for n in warp_funcs if not shown(n)]} (nbdev's "
+                             "show_doc skips them; an explicit `show_doc(f.func, name='f')` cell in the notebook documents one)")
             if views:
                 rects = browser.js("[...document.querySelectorAll('canvas')].map(c => {const r = c.getBoundingClientRect();"
                                    "return {x: r.left + window.scrollX, y: r.top + window.scrollY, width: r.width, height: r.height};})"
@@ -251,6 +273,21 @@ def test_preview_pages_in_headless_chromium():
                     canvases_seen += 1
                     if cover < 0.01 or colours < 8:
                         problems.append(f"{name}: canvas {i} is blank ({cover:.1%} non-background pixels, {colours} colours, bg {bg})")
+                # trajectory playback without a kernel: press the clip's play button, the scene must move
+                for k in range(browser.js("document.querySelectorAll('.trajectory-play').length")):
+                    r = browser.js(f"(() => {{const el = document.querySelectorAll('.trajectory-play')[{k}];"
+                                   "const c = el.closest('.widget-vbox').querySelector('canvas'); c.scrollIntoView();"
+                                   "const r = c.getBoundingClientRect();"
+                                   "return {x: r.left + window.scrollX, y: r.top + window.scrollY, width: r.width, height: r.height};})()")
+                    before = browser.screenshot(clip=r)
+                    browser.js(f"document.querySelectorAll('.trajectory-play')[{k}].querySelector('button').click(), 1")
+                    shots = []
+                    for _ in range(3): time.sleep(0.4); shots.append(browser.screenshot(clip=r))
+                    (check / f"{name.replace('/', '__')}.play{k}.png").write_bytes(shots[-1])
+                    if len({before, *shots}) < 3: problems.append(f"{name}: trajectory {k} does not move when played")
+                    browser.js(f"document.querySelectorAll('.trajectory-play')[{k}].querySelectorAll('button')[2].click(), 1")
+                errs = browser.errors()
+                if errs: problems.append(f"{name}: console errors while playing: {errs[:5]}")
     finally:
         browser.close(); srv.shutdown()
     for n in notes: print("NOTE", n)
