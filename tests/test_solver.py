@@ -7,8 +7,8 @@ import warp as wp
 
 import newton
 from newtonipc_nb.ccd import count_intersections
-from newtonipc_nb.inputs import BAG_FILM, add_mesh, set_hinge_stiffness
-from newtonipc_nb.solver import SolverError, SolverIPC, hinge_scene
+
+from newtonipc_nb.solver import SolverError, SolverIPC, hinge_scene, sheet_on_sphere
 
 
 def copy_state(model, state):
@@ -77,28 +77,8 @@ def test_energy_decreases_at_every_accepted_iteration():
     assert checked >= 3
 
 
-def cloth_drop_scene(n=21, size=0.1, device="cpu"):
-    b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
-    u = np.linspace(-size / 2, size / 2, n)
-    X, Y = np.meshgrid(u, u, indexing="ij")
-    v = np.stack([X.ravel(), Y.ravel(), np.full(n * n, 0.026)], 1)
-    f = []
-    for i in range(n - 1):
-        for j in range(n - 1):
-            a, c, d, e = i * n + j, (i + 1) * n + j, (i + 1) * n + j + 1, i * n + j + 1
-            f += [(a, c, d), (a, d, e)] if (i + j) % 2 == 0 else [(a, c, e), (c, d, e)]
-    f = np.asarray(f, np.int32)
-    first = len(b.edge_indices)
-    add_mesh(b, v, f, density=BAG_FILM.areal_density, mu=BAG_FILM.mu, lam=BAG_FILM.lam)
-    set_hinge_stiffness(b, first, BAG_FILM.D)
-    add_mesh(b, np.array([[-0.2, -0.2, -0.021], [0.2, -0.2, -0.021], [0.2, 0.2, -0.021], [-0.2, 0.2, -0.021]]),
-             np.array([[0, 1, 2], [0, 2, 3]], np.int32), density=0.0)
-    b.add_particle(wp.vec3(0.0, 0.0, 0.0), wp.vec3(0.0, 0.0, 0.0), mass=0.0, radius=0.02)    # a fixed sphere
-    return b.finalize(device=device), f
-
-
 def run_cloth_drop(steps):
-    model, faces = cloth_drop_scene()
+    model, faces = sheet_on_sphere(21, 0.1)
     solver = SolverIPC(model, drag=2.0)
     s0, s1 = model.state(), model.state()
     worst_gap, hits = math.inf, []
