@@ -28,7 +28,7 @@ import warp as wp
 
 import newton
 import newtonipc_nb.solver as solver_module
-from newtonipc_nb.inputs import BAG_FILM, add_mesh, set_hinge_stiffness
+from newtonipc_nb.inputs import BAG_FILM, add_mesh, grid_faces, set_hinge_stiffness
 from newtonipc_nb.solver import SolverIPC
 
 CG_ITERATIONS = []          # iterations of every PCG solve (the benchmark wraps the solver's `cg` to count them)
@@ -47,15 +47,6 @@ solver_module.cg = _counting_cg
 SPLIT = ("candidates", "assembly", "solve", "ccd", "line_search")
 
 
-def sheet_faces(n):
-    f = []
-    for i in range(n - 1):
-        for j in range(n - 1):
-            a, b, c, d = i * n + j, (i + 1) * n + j, (i + 1) * n + j + 1, i * n + j + 1
-            f += [(a, b, c), (a, c, d)] if (i + j) % 2 == 0 else [(a, b, d), (b, c, d)]
-    return np.asarray(f, np.int32)
-
-
 def drop_scene(n, spacing=5e-3, gap=5e-4, speed=0.1, device="cpu"):
     "An n × n film sheet `gap` above a fixed sphere of radius 0.2 L on a fixed floor; returns (model, state)."
     L = spacing * (n - 1)
@@ -65,7 +56,7 @@ def drop_scene(n, spacing=5e-3, gap=5e-4, speed=0.1, device="cpu"):
     X, Y = np.meshgrid(u, u, indexing="ij")
     v = np.stack([X.ravel(), Y.ravel(), np.full(n * n, R + gap)], 1)
     first = len(b.edge_indices)
-    add_mesh(b, v, sheet_faces(n), density=BAG_FILM.areal_density, mu=BAG_FILM.mu, lam=BAG_FILM.lam)
+    add_mesh(b, v, grid_faces(n), density=BAG_FILM.areal_density, mu=BAG_FILM.mu, lam=BAG_FILM.lam)
     set_hinge_stiffness(b, first, BAG_FILM.D)
     h = L
     add_mesh(b, np.array([[-h, -h, -R - 1e-3], [h, -h, -R - 1e-3], [h, h, -R - 1e-3], [-h, h, -R - 1e-3]]),
