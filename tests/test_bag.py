@@ -50,3 +50,18 @@ def test_full_bag_run(tmp_path):
     assert m["self-intersection frames / all frames"].startswith("0 /")
     assert m["sphere centres inside the bag, last frame"] == "7 / 7"
     assert float(m["largest sphere-centre z range, last 1 s"]) < 1.0
+
+
+def test_resume_continues_a_saved_run(tmp_path):
+    out = tmp_path / "a.npz"
+    a = run_bag(6 * DT, out=out, progress=False)
+    b = run_bag(6 * DT, progress=False, resume=out, resume_at=3 * DT)
+    assert len(b.time) == len(a.time) and b.resumed.startswith("resumed at t = 0.0125 s")
+    assert len(b.steps) == 6 and [s["t"] for s in b.steps[:3]] == [s["t"] for s in a.steps[:3]]
+    assert np.abs(np.asarray(b.film) - np.asarray(a.film)).max() < 1e-6
+    assert np.abs(np.asarray(b.spheres) - np.asarray(a.spheres)).max() < 1e-6
+    with pytest.raises(ValueError, match="no frame at"):
+        run_bag(6 * DT, progress=False, resume=out, resume_at=1.0)
+    run_bag(4 * DT, out=tmp_path / "every2.npz", progress=False, every=2)
+    with pytest.raises(ValueError, match="every step stored"):
+        run_bag(6 * DT, progress=False, resume=tmp_path / "every2.npz")
