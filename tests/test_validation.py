@@ -12,6 +12,7 @@ EXPECTED = ["VT scene, 12 steps: min mid-surface distance (µm)", "EE scene, 12 
             "initial overlap rejected, outputs untouched", "edge through face rejected, outputs untouched",
             "hinge angle gradient vs central differences", "VT assembled ∇Φ vs central differences of Φ",
             "EE assembled ∇Φ vs central differences of Φ", "swept candidates, 17 instants (24 steps, VT + EE)",
+            "linear relative residual, cholesky (default)", "linear relative residual, dense", "linear relative residual, pcg",
             "fast crossing α, seed normal bound", "fast crossing α, additive CCD (default)",
             "VT GPU vs CPU, 6 steps (StVK)", "EE GPU vs CPU, 6 steps (StVK)",
             "bag smoke: 2 steps, Neo-Hookean, 7 spheres, bin, floor"]
@@ -29,6 +30,33 @@ def test_default_runner_passes_with_every_check(tmp_path, capsys):
     for name in EXPECTED: assert name in out
     seeds = {r["check"]: r["seed"] for r in data["checks"]}
     assert seeds[EXPECTED[0]] == "838.96" and seeds[EXPECTED[1]] == "651.40" and seeds[EXPECTED[3]] == "−7.229"
+
+
+def test_linear_relative_residual_rows_pass_and_can_fail(monkeypatch):
+    """SPEC.md §6 "linear relative residual < 1e-7", on the Newton systems of a bag contact step and of a 13th step of
+    each reference scene: one passing row per solver; a solution off by a relative 1e-6 is caught."""
+    import re
+    import numpy as np
+    import newtonipc_nb.validation as v
+    runs = {k: v.reference_run(k) for k in ("vt", "ee")}
+    systems, where = v.linear_systems(runs)
+    assert set(systems) == {"bag", "VT", "EE"} and all(len(s) >= 2 for s in systems.values())
+    assert float(re.search(r"gap (\d+) µm", where).group(1)) < 900.5       # a barrier contact is active in the bag step
+    rows = v.residual_checks(v.linear_residual_table(systems), where)
+    assert [r.check for r in rows] == EXPECTED[10:13]
+    for r in rows:
+        assert r.passed is True and r.seed == "—", (r.check, r.measured)
+        solved, unscaled = (float(x) for x in re.match(r"solved (\S+), unscaled (\S+) ", r.measured).groups())
+        assert 0 < solved < 1e-7 and 0 < unscaled
+        if "pcg" not in r.check: assert unscaled < 1e-7
+    g, H, D = systems["bag"][0]
+    assert v.linear_residuals((g, H, D), "cholesky")[0] < 1e-10
+    exact = v.solve_linear
+    monkeypatch.setattr(v, "solve_linear", lambda H, b, m: exact(H, b, m) * (1 + 1e-6))
+    solved, unscaled = v.linear_residuals((g, H, D), "cholesky")
+    assert abs(solved - 1e-6) < 1e-8 and abs(unscaled - 1e-6) < 1e-8          # r = ε·b exactly: the measure is the residual
+    bad = v.residual_checks(v.linear_residual_table({"bag": systems["bag"][:1]}), "")
+    assert [r.passed for r in bad] == [False, False, False]
 
 
 def test_a_failing_check_fails_the_runner(monkeypatch, capsys):
@@ -51,7 +79,7 @@ def test_full_runner(tmp_path):
     assert main(["--full", "--report", str(tmp_path / "r.json"), "--bag-out", str(tmp_path / "bag.npz")]) == 0
 
 
-def test_vbd_side_by_side_runs_both_solvers_for_0_2_s():
+def test_vbd_side_by_side_runs_both_solvers_for_0_2_s(tmp_path):
     """SPEC.md §7 harness: 0.2 s of the bag choreography through SolverIPC and Newton's SolverVBD, same measures."""
     import numpy as np
     from newtonipc_nb.validation import SEED_SIDE_BY_SIDE, compare_vbd
@@ -71,6 +99,40 @@ def test_vbd_side_by_side_runs_both_solvers_for_0_2_s():
         assert np.abs(trajs[name]["spheres"][-1] - trajs[name]["spheres"][0]).max() < 1e-4
     ours = table.columns[-2:]
     assert all(table.loc[table.measured == "self-intersection frames / all frames", c].item().endswith("/ 49") for c in ours)
+    # both final frames in one 3D scene, from the saved pair of trajectories
+    from newtonipc_nb.validation import load_side_by_side, save_side_by_side, side_by_side_view
+    from newtonipc_nb.viewer import close_widgets
+    back = load_side_by_side(save_side_by_side(trajs, tmp_path / "sbs.npz"))
+    for name in ("ipc", "vbd"):
+        for k in ("film", "spheres", "faces", "time"): assert np.array_equal(back[name][k], trajs[name][k]), (name, k)
+    view = side_by_side_view(back)
+    objs = {o.name: o for o in view.renderer.scene.children[0].children}
+    pos = lambda n: objs[n].geometry.attributes["position"].array
+    assert np.allclose(pos("vbd_film"), trajs["vbd"]["film"][-1], atol=1e-6)
+    assert np.allclose(pos("ipc_film") - view.shift, trajs["ipc"]["film"][-1], atol=1e-6)
+    assert pos("vbd_film")[:, 0].max() < pos("ipc_film")[:, 0].min()
+    assert objs["vbd_film"].material.color != objs["ipc_film"].material.color
+    assert sum(n.startswith("ipc_sphere") for n in objs) == sum(n.startswith("vbd_sphere") for n in objs) == 7
+    assert "SolverVBD" in view.caption.value and "SolverIPC" in view.caption.value and "0.2000 s" in view.caption.value
+    close_widgets(view)
+
+
+def test_vbd_option_writes_both_trajectories(tmp_path, monkeypatch, capsys):
+    import numpy as np, pandas as pd
+    import newtonipc_nb.validation as v
+    from newtonipc_nb.inputs import bag_mesh, sphere_column
+    V, F = bag_mesh()
+    traj = lambda dz: dict(film=np.stack([V, V + [0, 0, dz]]).astype(np.float32), spheres=np.stack([sphere_column()] * 2), faces=F,
+                           time=np.array([0.0, 0.1]), wall_time=1.0, stopped="completed")
+    trajs = dict(ipc=traj(-0.01), vbd=traj(-0.02))
+    monkeypatch.setattr(v, "run_validation", lambda full, bag_out=None: [v.Check("x", "y", "z", "", True)])
+    monkeypatch.setattr(v, "compare_vbd", lambda until: (pd.DataFrame([dict(measured="m")]), trajs))
+    out, report = tmp_path / "pair.npz", tmp_path / "r.json"
+    assert v.main(["--vbd", "0.1", "--vbd-out", str(out), "--report", str(report)]) == 0
+    back = v.load_side_by_side(out)
+    assert np.array_equal(back["vbd"]["film"], trajs["vbd"]["film"]) and str(back["ipc"]["stopped"]) == "completed"
+    assert v.parse_args([]).vbd_out == "validation_vbd.npz"
+    assert '"vbd_trajectories"' in report.read_text()
 
 
 @pytest.mark.slow
