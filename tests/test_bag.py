@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from newtonipc_nb.bag import DT, load_trajectory, main, measure, run_bag
+from newtonipc_nb.bag import DT, load_trajectory, main, measure, neck_width, run_bag
 from newtonipc_nb.ccd import count_intersections
-from newtonipc_nb.inputs import BIN_HEIGHT, BIN_RADIUS, HEM_RING, ring_vertices
+from newtonipc_nb.inputs import BIN_HEIGHT, BIN_RADIUS, HEM_RING, bag_mesh, ring_vertices
 
 
 def test_bag_smoke_two_steps(tmp_path):
@@ -50,6 +50,9 @@ def test_full_bag_run(tmp_path):
     assert m["self-intersection frames / all frames"].startswith("0 /")
     assert m["sphere centres inside the bag, last frame"] == "7 / 7"
     assert float(m["largest sphere-centre z range, last 1 s"]) < 1.0
+    rest = neck_width(bag_mesh()[0])
+    nx, ny = (float(v) for v in m["neck width x × y"].split("×"))
+    assert nx < 0.6e3 * rest[0] and ny < 0.6e3 * rest[1], "the tie holds the neck below 60 % of its open width"
 
 
 def test_resume_continues_a_saved_run(tmp_path):
