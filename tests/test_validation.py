@@ -84,7 +84,7 @@ def test_vbd_side_by_side_runs_both_solvers_for_0_2_s(tmp_path):
     import numpy as np
     from newtonipc_nb.validation import SEED_SIDE_BY_SIDE, compare_vbd
     table, trajs = compare_vbd(0.2, device="cpu")
-    assert table.measured.tolist()[:5] == list(SEED_SIDE_BY_SIDE)
+    assert table.measured.tolist()[:len(SEED_SIDE_BY_SIDE)] == list(SEED_SIDE_BY_SIDE)
     for name in ("ipc", "vbd"):
         t = trajs[name]
         assert str(t["stopped"]).startswith("completed"), t["stopped"]
@@ -140,3 +140,20 @@ def test_vbd_side_by_side_full():
     from newtonipc_nb.validation import compare_vbd
     table, trajs = compare_vbd(8.45)
     assert str(trajs["vbd"]["stopped"]).startswith("completed")
+
+
+def test_side_by_side_takes_a_saved_ipc_run(tmp_path):
+    """The 8.45 s comparison can reuse a saved `newtonipc-bag` run from t = 0, cut at the measuring instant; resumed runs are refused."""
+    import numpy as np
+    import pytest
+    from newtonipc_nb.bag import DT, run_bag
+    from newtonipc_nb.validation import saved_ipc_run
+    out = tmp_path / "bag.npz"
+    run_bag(6 * DT, out=out, progress=False)
+    cut = saved_ipc_run(out, 4 * DT)
+    assert cut["film"].shape == (5, 481, 3) and abs(cut["time"][-1] - 4 * DT) < 1e-12 and "cut at" in cut["stopped"]
+    with pytest.raises(ValueError, match="before"):
+        saved_ipc_run(out, 1.0)
+    run_bag(6 * DT, out=tmp_path / "resumed.npz", progress=False, resume=out, resume_at=3 * DT)
+    with pytest.raises(ValueError, match="resumed"):
+        saved_ipc_run(tmp_path / "resumed.npz", 4 * DT)
