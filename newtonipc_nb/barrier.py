@@ -214,6 +214,7 @@ class ContactSet:
     kind: wp.array
     offset: wp.array
     count: int = 0
+    version: int = 0        # bumped by every rebuild: gaps stored for one version do not hold for the next
 
     @classmethod
     def allocate(cls, capacity: int, device=None) -> "ContactSet":
@@ -582,6 +583,7 @@ class CandidateSearch:
             self.contacts = ContactSet.allocate(int(1.25 * count) + 64, device=d)
             self.stats["regrows"] += 1
         self.contacts.count = count
+        self.contacts.version += 1
         self.built = True
         self.stats["builds"] += 1
         return self.contacts
@@ -621,27 +623,56 @@ def _gaps_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), k
 
 @wp.kernel
 def _barrier_energy_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-                           offsets: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64,
-                           energy: wp.array(dtype=wp.float64), bad: wp.array(dtype=wp.int32)):
+                           offsets: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64, energy: wp.array(dtype=wp.float64)):
+    "Σ B(g) into energy[0]; a closed gap (g ≤ 0) adds +inf."
     c = wp.tid()
     w, r = _candidate(pairs[c], kinds[c], x)
     g = wp.length(r) - offsets[c]
     if not (g > wp.float64(0.0)):
-        bad[0] = 1
+        wp.atomic_add(energy, 0, wp.float64(wp.inf))
     elif g < dhat:
         wp.atomic_add(energy, 0, barrier(g, dhat, k))
 
 @wp.kernel
+def _active_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
+                   offsets: wp.array(dtype=wp.float64), dhat: wp.float64, gaps: wp.array(dtype=wp.float64),
+                   count: wp.array(dtype=wp.int32), active: wp.array(dtype=wp.int32)):
+    "Every candidate's gap into `gaps`; the candidates whose barrier is active (0 < g < d̂) compacted into `active`."
+    c = wp.tid()
+    w, r = _candidate(pairs[c], kinds[c], x)
+    g = wp.length(r) - offsets[c]
+    gaps[c] = g
+    if g > wp.float64(0.0) and g < dhat:
+        active[wp.atomic_add(count, 0, 1)] = c
+
+@wp.kernel
+def _near_kernel(gaps: wp.array(dtype=wp.float64), reach: wp.float64, pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
+                 offsets: wp.array(dtype=wp.float64), count: wp.array(dtype=wp.int32), near_pairs: wp.array(dtype=wp.vec4i),
+                 near_kinds: wp.array(dtype=wp.int32), near_offsets: wp.array(dtype=wp.float64)):
+    "Copy the candidates with a gap below `reach` into the near set."
+    c = wp.tid()
+    if gaps[c] < reach:
+        k = wp.atomic_add(count, 0, 1)
+        near_pairs[k] = pairs[c]
+        near_kinds[k] = kinds[c]
+        near_offsets[k] = offsets[c]
+
+@wp.kernel
 def _barrier_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-                               offsets: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64, block_offset: wp.int32,
+                               offsets: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64, select: wp.array(dtype=wp.int32),
+                               all_candidates: wp.int32, block_offset: wp.int32,
                                grad: wp.array(dtype=wp.vec3d), rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32),
                                vals: wp.array(dtype=wp.mat33d)):
-    c = wp.tid()
+    "16 blocks per candidate, candidate `select[tid]` (or `tid` when `all_candidates`); an inactive one writes unused (−1) slots."
+    t = wp.tid()
+    c = t
+    if all_candidates == 0:
+        c = select[t]
     p = pairs[c]
     w, r = _candidate(p, kinds[c], x)
     rn = wp.length(r)
     g = rn - offsets[c]
-    base = block_offset + 16 * c
+    base = block_offset + 16 * t
     d2 = wp.float64(0.0)
     n = wp.vec3d()
     if g > wp.float64(0.0) and g < dhat:
@@ -678,8 +709,11 @@ class BarrierTerm(EnergyTerm):
     "The IPC log barrier Σ B(g) over the candidates of `contacts` (SPEC.md §4): `dhat` in m, `kappa` = k in N/m."
     def __init__(self, contacts, *, dhat: float = 1e-3, kappa: float = 1000.0):
         if not (dhat > 0 and kappa > 0): raise ValueError(f"BarrierTerm needs dhat > 0 and kappa > 0; got dhat={dhat}, kappa={kappa}")
-        _resolve_contacts(contacts)
+        cs = _resolve_contacts(contacts)
         self.provider, self.dhat, self.kappa = contacts, float(dhat), float(kappa)
+        self._active, self._active_count = wp.zeros(1, dtype=wp.int32, device=cs.device), wp.zeros(1, dtype=wp.int32, device=cs.device)
+        self._gaps = wp.zeros(1, dtype=wp.float64, device=cs.device)
+        self._prepared = self._gaps_of = None
 
     @property
     def contacts(self) -> ContactSet: return _resolve_contacts(self.provider)
@@ -704,24 +738,71 @@ class BarrierTerm(EnergyTerm):
 
     def energy(self, x: wp.array) -> float:
         "Σ B(g) in joules; +inf if any candidate has g ≤ 0."
-        cs = self.contacts; self._check_x(x, cs)
-        if cs.count == 0: return 0.0
-        e = wp.zeros(1, dtype=wp.float64, device=cs.device); bad = wp.zeros(1, dtype=wp.int32, device=cs.device)
-        wp.launch(_barrier_energy_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa)],
-                  outputs=[e, bad], device=cs.device)
-        return math.inf if bad.numpy()[0] else float(e.numpy()[0])
+        e = wp.zeros(1, dtype=wp.float64, device=self.contacts.device)
+        self.add_energy(x, e)
+        return float(e.numpy()[0])
 
-    def num_blocks(self) -> int: return 16 * self.contacts.count
+    def add_energy(self, x: wp.array, out: wp.array, contacts: ContactSet | None = None) -> None:
+        "Add Σ B(g) into out[0] on the device (+inf if any candidate has g ≤ 0), over `contacts` (default: the term's own, e.g. a `near` subset)."
+        cs = self.contacts if contacts is None else contacts; self._check_x(x, cs)
+        if cs.count:
+            wp.launch(_barrier_energy_kernel, dim=cs.count, device=cs.device,
+                      inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa)], outputs=[out])
+
+    def prepare(self, x: wp.array) -> None:
+        """Select the candidates whose barrier is active at x (0 < g < d̂): the next `num_blocks`/`accumulate` cover only
+        those. Without it (or after that `accumulate`), every candidate gets its 16 slots, unused ones marked −1.
+        The gaps at x are kept for `near`."""
+        cs = self.contacts; self._check_x(x, cs)
+        if self._active.shape[0] < cs.count:
+            self._active = wp.zeros(int(1.5 * cs.count) + 16, dtype=wp.int32, device=cs.device)
+            self._gaps = wp.zeros(self._active.shape[0], dtype=wp.float64, device=cs.device)
+        self._active_count.zero_()
+        if cs.count:
+            wp.launch(_active_kernel, dim=cs.count, device=cs.device, inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat)],
+                      outputs=[self._gaps, self._active_count, self._active])
+        self._prepared = (cs, cs.count, int(self._active_count.numpy()[0]))
+        self._gaps_of = (cs, cs.version, cs.count)
+
+    def near(self, x: wp.array, reach: float, out: ContactSet | None = None) -> ContactSet:
+        """The candidates that can come within d̂ (or collide) while no particle moves more than `reach`/2 from x:
+        a gap changes by at most twice the largest vertex motion, so only those with g(x) < d̂ + reach matter.
+        Uses the gaps of the last `prepare` at this x when the candidate set is unchanged since; `out` is reused when large enough."""
+        cs = self.contacts; self._check_x(x, cs)
+        if self._gaps_of != (cs, cs.version, cs.count): self.prepare(x)
+        if out is None or out.capacity < cs.count: out = ContactSet.allocate(max(cs.count, 1), device=cs.device)
+        self._active_count.zero_()
+        if cs.count:
+            wp.launch(_near_kernel, dim=cs.count, device=cs.device, inputs=[self._gaps, wp.float64(self.dhat + reach), cs.pairs, cs.kind, cs.offset],
+                      outputs=[self._active_count, out.pairs, out.kind, out.offset])
+        out.count = int(self._active_count.numpy()[0])
+        return out
+
+    def _selection(self):
+        "(number of candidates accumulate covers, whether that is every candidate) for the current contact set."
+        cs = self.contacts
+        if self._prepared is not None and self._prepared[0] is cs and self._prepared[1] == cs.count:
+            return self._prepared[2], False
+        return cs.count, True
+
+    def active_count(self) -> int:
+        "Active candidates found by the last `prepare` (0 before any)."
+        return self._prepared[2] if self._prepared is not None else 0
+
+    def num_blocks(self) -> int: return 16 * self._selection()[0]
 
     def accumulate(self, x: wp.array, grad: wp.array, blocks: HessianBlocks, offset: int) -> None:
-        "Add B′·j into `grad` and write the 16 blocks B″ w_a w_b n nᵀ of every candidate at [offset, offset + num_blocks())."
+        "Add B′·j into `grad` and write the 16 blocks B″ w_a w_b n nᵀ of every selected candidate at [offset, offset + num_blocks())."
         cs = self.contacts; self._check_x(x, cs); self._check_x(grad, cs, "grad")
         if grad.shape != x.shape: raise ValueError(f"BarrierTerm: grad has shape {grad.shape}, x has {x.shape}")
-        if offset < 0 or offset + 16 * cs.count > len(blocks):
-            raise ValueError(f"BarrierTerm: blocks [{offset}, {offset + 16 * cs.count}) do not fit a buffer of {len(blocks)}")
-        if cs.count == 0: return
-        wp.launch(_barrier_accumulate_kernel, dim=cs.count, device=cs.device,
-                  inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa), wp.int32(offset)],
+        m, every = self._selection()
+        self._prepared = None
+        if offset < 0 or offset + 16 * m > len(blocks):
+            raise ValueError(f"BarrierTerm: blocks [{offset}, {offset + 16 * m}) do not fit a buffer of {len(blocks)}")
+        if m == 0: return
+        wp.launch(_barrier_accumulate_kernel, dim=m, device=cs.device,
+                  inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa), self._active, wp.int32(every),
+                          wp.int32(offset)],
                   outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
 
 # %% ../nbs/02_contact_barrier.ipynb #039a31f4

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import warp as wp
 
-from .inputs import BAG_FILM, EnergyTerm, HessianBlocks, IPCModel, mat32d
+from .inputs import BAG_FILM, ElementEnergyTerm, EnergyTerm, HessianBlocks, IPCModel, mat32d
 
 # %% auto #0
 __all__ = ['MEMBRANE_MODELS', 'TIE_STIFFNESS', 'triangle_rest_shape', 'MembraneTerm', 'membrane_energy', 'membrane_derivatives',
@@ -228,7 +228,7 @@ def _check_term_arrays(name: str, x: wp.array, device, grad: wp.array | None = N
     if blocks is not None and (offset < 0 or offset + nb > len(blocks)):
         raise ValueError(f"{name}: blocks [{offset}, {offset + nb}) do not fit a buffer of {len(blocks)}")
 
-class MembraneTerm(EnergyTerm):
+class MembraneTerm(ElementEnergyTerm):
     "Membrane energy Σ A0 Ψ over `ipc_model.elastic_tri` (SPEC.md §3); `model` is \"stvk\" (default) or \"neohookean\"."
     def __init__(self, ipc_model: IPCModel, model: str = "stvk", *, project: bool = True):
         self.model_name, self._model = model, _model_id(model, "MembraneTerm")
@@ -240,16 +240,16 @@ class MembraneTerm(EnergyTerm):
         self._n_min = int(m.particle_count)
         self._e = wp.zeros(self.count, dtype=wp.float64, device=self.device)
 
-    def element_energies(self, x: wp.array) -> np.ndarray:
-        "Per-triangle energies A0 Ψ (J), in `elastic_tri` order; +inf for an inadmissible triangle."
+    def _energies(self, x: wp.array) -> wp.array:
         _check_term_arrays("MembraneTerm", x, self.device, n_min=self._n_min)
         if self.count:
             wp.launch(_membrane_energy_kernel, dim=self.count, device=self.device,
                       inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam, wp.int32(self._model)], outputs=[self._e])
-        return self._e.numpy()
+        return self._e
 
-    def energy(self, x: wp.array) -> float:
-        return float(np.sum(self.element_energies(x)))
+    def element_energies(self, x: wp.array) -> np.ndarray:
+        "Per-triangle energies A0 Ψ (J), in `elastic_tri` order; +inf for an inadmissible triangle."
+        return self._energies(x).numpy()
 
     def num_blocks(self) -> int: return 9 * self.count
 
@@ -381,7 +381,7 @@ def _hinge_accumulate_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=
             vals[s] = kh * wp.outer(gi, gj)
 
 # %% ../nbs/01_membrane_bending.ipynb #8f371e7e
-class HingeTerm(EnergyTerm):
+class HingeTerm(ElementEnergyTerm):
     "Bending energy Σ ½ kθ wrap(θ − θ0)² over `ipc_model.hinge` (SPEC.md §3), Gauss–Newton Hessian kθ ∇θ∇θᵀ."
     def __init__(self, ipc_model: IPCModel):
         m = ipc_model
@@ -393,14 +393,14 @@ class HingeTerm(EnergyTerm):
 
     def angles(self, x: wp.array) -> np.ndarray:
         "Signed dihedral angles θ (rad) of the hinges at `x` (NaN for a degenerate hinge)."
-        self.energy(x)
+        self._energies(x)
         return self._theta.numpy()
 
-    def energy(self, x: wp.array) -> float:
+    def _energies(self, x: wp.array) -> wp.array:
         _check_term_arrays("HingeTerm", x, self.device, n_min=self._n_min)
-        if not self.count: return 0.0
-        wp.launch(_hinge_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.hinge, self.theta0, self.k], outputs=[self._e, self._theta])
-        return float(np.sum(self._e.numpy()))
+        if self.count:
+            wp.launch(_hinge_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.hinge, self.theta0, self.k], outputs=[self._e, self._theta])
+        return self._e
 
     def num_blocks(self) -> int: return 16 * self.count
 
@@ -476,7 +476,7 @@ def _index_array(a, name: str, shape_tail: tuple, fn: str) -> np.ndarray:
 def _host(a):
     return a.numpy() if isinstance(a, wp.array) else a
 
-class SupportTerm(EnergyTerm):
+class SupportTerm(ElementEnergyTerm):
     "Temporary supports Σ ½ kᵢ ‖xᵢ − targetᵢ‖² (SPEC.md §3), changeable every step with `set` and removed with `clear`."
     def __init__(self, *, device=None):
         self.device = str(wp.get_device(device))
@@ -502,11 +502,11 @@ class SupportTerm(EnergyTerm):
         self.stiffness, self._e = wp.array(k, dtype=wp.float64, device=d), wp.zeros(n, dtype=wp.float64, device=d)
         self.count, self._n_min = n, (int(idx.max()) + 1 if n else 0)
 
-    def energy(self, x: wp.array) -> float:
+    def _energies(self, x: wp.array) -> wp.array:
         _check_term_arrays("SupportTerm", x, self.device, n_min=self._n_min)
-        if not self.count: return 0.0
-        wp.launch(_support_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.indices, self.targets, self.stiffness], outputs=[self._e])
-        return float(np.sum(self._e.numpy()))
+        if self.count:
+            wp.launch(_support_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.indices, self.targets, self.stiffness], outputs=[self._e])
+        return self._e
 
     def num_blocks(self) -> int: return self.count
 
@@ -578,7 +578,7 @@ def _tie_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp
             cols[base + s] = -1
             vals[base + s] = wp.mat33d()
 
-class TieTerm(EnergyTerm):
+class TieTerm(ElementEnergyTerm):
     "The tie Σ ½ k (‖xᵢ − xⱼ‖ − Lᵢⱼ)² over pairs (SPEC.md §3), k = 250 N/m by default; `set` any step, `clear` to remove."
     def __init__(self, *, device=None, k: float = TIE_STIFFNESS, project: bool = True):
         if not (np.isfinite(k) and k >= 0): raise ValueError(f"TieTerm: k must be finite and ≥ 0, got {k}")
@@ -612,11 +612,11 @@ class TieTerm(EnergyTerm):
         xs, p = x.numpy(), self.pairs.numpy()
         return np.linalg.norm(xs[p[:, 0]] - xs[p[:, 1]], axis=1) if self.count else np.zeros(0)
 
-    def energy(self, x: wp.array) -> float:
+    def _energies(self, x: wp.array) -> wp.array:
         _check_term_arrays("TieTerm", x, self.device, n_min=self._n_min)
-        if not self.count: return 0.0
-        wp.launch(_tie_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.pairs, self.rest_lengths, self.stiffness], outputs=[self._e])
-        return float(np.sum(self._e.numpy()))
+        if self.count:
+            wp.launch(_tie_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.pairs, self.rest_lengths, self.stiffness], outputs=[self._e])
+        return self._e
 
     def num_blocks(self) -> int: return 4 * self.count
 

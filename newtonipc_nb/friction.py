@@ -11,7 +11,7 @@ import time
 import numpy as np
 import warp as wp
 
-from .inputs import EnergyTerm, HessianBlocks
+from .inputs import ElementEnergyTerm, HessianBlocks
 from .barrier import candidate_weights, barrier_d1
 
 # %% auto #0
@@ -78,7 +78,7 @@ def _friction_accumulate(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3
                 cols[k] = -1
 
 # %% ../nbs/04_friction.ipynb #45b0b9f3
-class FrictionTerm(EnergyTerm):
+class FrictionTerm(ElementEnergyTerm):
     "Lagged smoothed friction over the contact candidates of `search` (a `CandidateSearch`); μ = `mu`."
     def __init__(self, search, *, mu: float = 0.35, dhat: float = 1.0e-3, kappa: float = 1000.0, sliding_speed: float = 1.0e-3):
         if mu < 0: raise ValueError(f"friction coefficient must be ≥ 0, got {mu}")
@@ -93,30 +93,34 @@ class FrictionTerm(EnergyTerm):
         self.x0 = wp.zeros(0, dtype=wp.vec3d, device=d)
         self.pairs = wp.zeros(0, dtype=wp.vec4i, device=d); self.w = wp.zeros(0, dtype=wp.vec4d, device=d)
         self.n = wp.zeros(0, dtype=wp.vec3d, device=d); self.load = wp.zeros(0, dtype=wp.float64, device=d)
+        self._e = wp.zeros(0, dtype=wp.float64, device=d)
 
     def lag(self, x0: wp.array, dt: float):
-        "Freeze loads, weights and normals of the current candidates at the step's start positions `x0`."
+        "Freeze loads, weights and normals at the step's start positions `x0`, keeping the candidates that carry a load (an active barrier)."
         cs = self.search.contacts
-        self.count = int(cs.count) if self.mu > 0 else 0
+        m = int(cs.count) if self.mu > 0 else 0
         self.eps = dt * self.sliding_speed
         self.x0 = wp.clone(x0)
-        d, m = self.device, self.count
-        self.pairs = wp.clone(cs.pairs[:m]) if m else wp.zeros(0, dtype=wp.vec4i, device=d)
-        self.w = wp.zeros(m, dtype=wp.vec4d, device=d); self.n = wp.zeros(m, dtype=wp.vec3d, device=d)
-        self.load = wp.zeros(m, dtype=wp.float64, device=d)
+        d = self.device
+        w, n, load = wp.zeros(m, dtype=wp.vec4d, device=d), wp.zeros(m, dtype=wp.vec3d, device=d), wp.zeros(m, dtype=wp.float64, device=d)
         if m:
-            wp.launch(_lag_kernel, dim=m, inputs=[x0, self.pairs, cs.kind[:m], cs.offset[:m], wp.float64(self.mu), wp.float64(self.dhat),
-                                                  wp.float64(self.kappa), self.w, self.n, self.load], device=d)
+            wp.launch(_lag_kernel, dim=m, inputs=[x0, cs.pairs, cs.kind, cs.offset, wp.float64(self.mu), wp.float64(self.dhat),
+                                                  wp.float64(self.kappa), w, n, load], device=d)
+        keep = np.flatnonzero(load.numpy() > 0) if m else np.zeros(0, np.int64)       # once per step: host compaction is cheap
+        self.count = len(keep)
+        self.pairs = wp.array(cs.pairs.numpy()[keep], dtype=wp.vec4i, device=d)
+        self.w, self.n = wp.array(w.numpy()[keep], dtype=wp.vec4d, device=d), wp.array(n.numpy()[keep], dtype=wp.vec3d, device=d)
+        self.load, self._e = wp.array(load.numpy()[keep], dtype=wp.float64, device=d), wp.zeros(self.count, dtype=wp.float64, device=d)
 
     def active(self) -> int:
         "Number of candidates carrying a friction load this step."
-        return int(np.count_nonzero(self.load.numpy())) if self.count else 0
+        return self.count
 
-    def energy(self, x: wp.array) -> float:
-        if not self.count: return 0.0
-        e = wp.zeros(self.count, dtype=wp.float64, device=self.device)
-        wp.launch(_friction_energy, dim=self.count, inputs=[x, self.x0, self.pairs, self.w, self.n, self.load, wp.float64(self.eps), e], device=self.device)
-        return float(np.sum(e.numpy()))
+    def _energies(self, x: wp.array) -> wp.array:
+        if self.count:
+            wp.launch(_friction_energy, dim=self.count, inputs=[x, self.x0, self.pairs, self.w, self.n, self.load, wp.float64(self.eps), self._e],
+                      device=self.device)
+        return self._e
 
     def num_blocks(self) -> int: return 16 * self.count
 

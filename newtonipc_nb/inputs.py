@@ -19,7 +19,7 @@ __all__ = ['BAG_FILM', 'N_RINGS', 'N_COLUMNS', 'NECK_RING', 'HEM_RING', 'BOTTOM_
            'hinge_edge_ke', 'hinge_k_theta', 'areal_density', 'Film', 'ring_vertices', 'bag_mesh', 'mesh_report',
            'grid_faces', 'dihedral_angle', 'ModelError', 'IPCModel', 'newton_particle_active', 'bin_mesh', 'floor_mesh',
            'add_mesh', 'set_hinge_stiffness', 'SceneIndex', 'sphere_column', 'bag_scene_builder', 'HessianBlocks',
-           'EnergyTerm', 'warm_kernels']
+           'sum_into', 'EnergyTerm', 'ElementEnergyTerm', 'warm_kernels']
 
 # %% ../nbs/00_inputs.ipynb #5920d1af
 def membrane_lame(E: float, nu: float, h: float) -> tuple[float, float]:
@@ -415,11 +415,34 @@ class HessianBlocks:
 
     def __len__(self) -> int: return self.rows.shape[0]
 
+@wp.kernel
+def _sum_into(values: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    wp.atomic_add(out, 0, values[wp.tid()])
+
+def sum_into(values: wp.array, count: int, out: wp.array) -> None:
+    "Add the first `count` entries of `values` into out[0], on the device."
+    if count: wp.launch(_sum_into, dim=count, inputs=[values, out], device=values.device)
+
 class EnergyTerm:
-    "One term of the step objective Φ(x); subclasses implement the three methods."
+    """One term of the step objective Φ(x). Subclasses implement `energy`, `num_blocks` and `accumulate`; `add_energy`
+    (the energy summed into a device scalar, no host read) and `prepare` (called at x before `num_blocks`/`accumulate`
+    of one assembly, e.g. to select the active elements) have defaults."""
     def energy(self, x: wp.array) -> float: raise NotImplementedError
     def num_blocks(self) -> int: raise NotImplementedError
     def accumulate(self, x: wp.array, grad: wp.array, blocks: HessianBlocks, offset: int) -> None: raise NotImplementedError
+    def prepare(self, x: wp.array) -> None: pass
+    def add_energy(self, x: wp.array, out: wp.array) -> None:
+        "Add the energy at x into out[0] (a float64 device array)."
+        e = wp.array([self.energy(x)], dtype=wp.float64, device=out.device)
+        sum_into(e, 1, out)
+
+class ElementEnergyTerm(EnergyTerm):
+    "An `EnergyTerm` whose `_energies(x)` writes one energy per element into a device array: `energy` sums it on the host, `add_energy` on the device."
+    def _energies(self, x: wp.array) -> wp.array: raise NotImplementedError
+    def energy(self, x: wp.array) -> float:
+        return float(np.sum(self._energies(x).numpy()[: self.count])) if self.count else 0.0
+    def add_energy(self, x: wp.array, out: wp.array) -> None:
+        if self.count: sum_into(self._energies(x), self.count, out)
 
 # %% ../nbs/00_inputs.ipynb #658b33bd
 def warm_kernels(device=None) -> list[str]:

@@ -6,26 +6,25 @@
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 
 from fastcore.basics import patch
 
 import numpy as np
-import torch
 import warp as wp
-import warp.sparse as wps
-from warp.optim.linear import cg, preconditioner
 
 import newton
 from .inputs import IPCModel, HessianBlocks, EnergyTerm
 from .elastic import MembraneTerm, HingeTerm, SupportTerm, TieTerm
 from .barrier import CandidateSearch, BarrierTerm, KIND_VT, KIND_EE, KIND_SF, KIND_SS
-from .ccd import step_bound, fp32_gap_check, count_intersections
+from .ccd import ACCD_ETA, ACCD_MAX_ITER, _accd_contacts_kernel, _normal_bound_kernel, fp32_gap_check, count_intersections
 from .friction import FrictionTerm
+from .linear import LinearSolveError, LinearSolver, NewtonSystem, make_linear_solver, solve_linear
 
 # %% auto #0
-__all__ = ['SolverError', 'StepFailure', 'LinearSolveError', 'StepStats', 'solve_linear', 'SolverIPC', 'hinge_scene',
+__all__ = ['SolverError', 'StepFailure', 'LinearSolveError', 'StepStats', 'IterationInfo', 'solve_linear', 'SolverIPC', 'hinge_scene',
            'sheet_on_sphere']
 
 # %% ../nbs/05_solver.ipynb #4660500a
@@ -35,8 +34,7 @@ class SolverError(RuntimeError):
 class StepFailure(Exception):
     "A step attempt whose result must be discarded (the caller subdivides)."
 
-class LinearSolveError(SolverError):
-    "The Newton system could not be factorised or solved."
+TIME_KEYS = ("candidates", "assembly", "factorisation", "solve", "ccd", "line_search")
 
 @dataclass
 class StepStats:
@@ -52,14 +50,31 @@ class StepStats:
     candidates: dict = field(default_factory=dict)
     min_gap: float = math.inf
     failures: list = field(default_factory=list)
-    times: dict = field(default_factory=lambda: dict(candidates=0.0, assembly=0.0, solve=0.0, ccd=0.0, line_search=0.0))
+    active_contacts: int = 0
+    patterns: int = 0
+    times: dict = field(default_factory=lambda: dict.fromkeys(TIME_KEYS, 0.0))
 
     def as_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in ("dt", "substeps", "subdivisions", "max_level", "newton_iterations", "line_search_trials", "min_gap")}
+        d = {k: getattr(self, k) for k in ("dt", "substeps", "subdivisions", "max_level", "newton_iterations", "line_search_trials",
+                                            "min_gap", "active_contacts", "patterns")}
         d["alpha_min"] = min(self.alphas) if self.alphas else 1.0
         d.update({f"candidates_{k}": v for k, v in self.candidates.items()})
         d.update({f"time_{k}": v for k, v in self.times.items()})
         return d
+
+@dataclass
+class IterationInfo:
+    """What an `observer` receives after each Newton iteration. `system` holds the assembled, equilibrated system
+    (gradient, D H D, D) and `dx` the direction; both are reused by the next iteration, so copy what you keep."""
+    dt: float
+    iteration: int
+    system: NewtonSystem
+    dx: wp.array
+    max_dx: float
+    slope: float
+    alpha: float
+    energy: float
+    linear_stats: dict
 
 class _Timer:
     def __init__(self, times, key): self.times, self.key = times, key
@@ -68,125 +83,70 @@ class _Timer:
 
 # %% ../nbs/05_solver.ipynb #9dc52d9c
 @wp.kernel
-def _fix_triplets(rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d),
-                  fixed: wp.array(dtype=wp.int32), diag_start: int):
-    k = wp.tid()
-    if k >= diag_start:          # the per-particle diagonal slots
-        i = k - diag_start
-        rows[k] = i
-        cols[k] = i
-        if fixed[i] != 0:
-            vals[k] = wp.identity(n=3, dtype=wp.float64)
-        else:
-            vals[k] = wp.mat33d(0.0)
-        return
-    r = rows[k]
-    c = cols[k]
-    if r >= 0 and c >= 0:
-        if fixed[r] != 0 or fixed[c] != 0:
-            rows[k] = -1
-            cols[k] = -1
-
-@wp.kernel
-def _fix_gradient(grad: wp.array(dtype=wp.vec3d), fixed: wp.array(dtype=wp.int32)):
+def _axpy(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), alpha: wp.float64, out: wp.array(dtype=wp.vec3d)):
     i = wp.tid()
-    if fixed[i] != 0:
-        grad[i] = wp.vec3d(0.0)
+    out[i] = x[i] + alpha * dx[i]
 
 @wp.kernel
-def _equilibrate(rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d),
-                 d: wp.array(dtype=wp.vec3d)):
-    k = wp.tid()
-    di = d[rows[k]]
-    dj = d[cols[k]]
-    m = vals[k]
-    for a in range(3):
-        for b in range(3):
-            m[a, b] = m[a, b] * di[a] * dj[b]
-    vals[k] = m
-
-@wp.kernel
-def _diag_scale(diag: wp.array(dtype=wp.mat33d), d: wp.array(dtype=wp.vec3d)):
+def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.float64)):
+    "out[0] += ∇Φ·Δx (the slope), out[1] = max |Δx| over all components, out[2] = max ‖Δxᵢ‖ over particles."
     i = wp.tid()
-    m = diag[i]
-    one = wp.float64(1.0)
-    d[i] = wp.vec3d(one / wp.sqrt(m[0, 0]), one / wp.sqrt(m[1, 1]), one / wp.sqrt(m[2, 2]))
+    d = dx[i]
+    wp.atomic_add(out, 0, wp.dot(g[i], d))
+    wp.atomic_max(out, 1, wp.max(wp.max(wp.abs(d[0]), wp.abs(d[1])), wp.abs(d[2])))
+    wp.atomic_max(out, 2, wp.length(d))
 
-# %% ../nbs/05_solver.ipynb #a25139ca
-def _scalar_coo(H: wps.BsrMatrix):
-    "Row, column and value arrays (numpy) of the scalar entries of a 3×3-block BSR matrix."
-    nnz = int(H.offsets.numpy()[-1])
-    br = H.uncompress_rows().numpy()[:nnz].astype(np.int64); bc = H.columns.numpy()[:nnz].astype(np.int64)
-    v = H.values.numpy()[:nnz]
-    a, b = np.meshgrid(np.arange(3), np.arange(3), indexing="ij")
-    rows = (3 * br[:, None, None] + a).ravel(); cols = (3 * bc[:, None, None] + b).ravel()
-    return rows, cols, v.reshape(-1)
+@wp.kernel
+def _min_toi(b: wp.array(dtype=wp.vec2d), out: wp.array(dtype=wp.float64)):
+    wp.atomic_min(out, 0, b[wp.tid()][0])
 
-def solve_linear(H: wps.BsrMatrix, rhs: np.ndarray, method: str = "cholesky") -> np.ndarray:
-    "Solve the SPD block system H z = rhs (rhs of shape (N, 3)); `method` is 'cholesky', 'dense' or 'pcg'."
-    n = 3 * H.nrow
-    b = np.ascontiguousarray(rhs, dtype=np.float64).reshape(-1)
-    if method == "pcg":
-        z = wp.zeros(H.nrow, dtype=wp.vec3d, device=H.device)
-        rw = wp.array(b.reshape(-1, 3), dtype=wp.vec3d, device=H.device)
-        M = preconditioner(H, ptype="block_jacobi_direct")
-        _, err, tol = cg(H, rw, z, tol=1e-12, maxiter=10 * n, M=M, use_cuda_graph=False)
-        x = z.numpy().reshape(-1)
-        if not np.isfinite(x).all() or not (err <= 1e-9 * max(np.linalg.norm(b), 1e-300) or err <= tol * 10):
-            raise LinearSolveError(f"PCG did not converge: residual {err:.3e} after {10 * n} iterations")
-        return x.reshape(-1, 3)
-    rows, cols, vals = _scalar_coo(H)
-    dev = "cuda" if str(H.device).startswith("cuda") else "cpu"
-    if method == "dense":
-        A = torch.zeros((n, n), dtype=torch.float64, device=dev)
-        A.index_put_((torch.from_numpy(rows).to(dev), torch.from_numpy(cols).to(dev)), torch.from_numpy(vals).to(dev), accumulate=True)
-        L, info = torch.linalg.cholesky_ex(A)
-        if int(info) != 0:
-            raise LinearSolveError(f"dense Cholesky failed: leading minor {int(info)} of {n} is not positive definite")
-        x = torch.cholesky_solve(torch.from_numpy(b).to(dev)[:, None], L)[:, 0].cpu().numpy()
-    elif method == "cholesky":
-        from cholespy import CholeskySolverD, MatrixType
-        keep = vals != 0.0
-        try:
-            s = CholeskySolverD(n, torch.from_numpy(rows[keep]).to(dev, torch.int32), torch.from_numpy(cols[keep]).to(dev, torch.int32),
-                                torch.from_numpy(vals[keep]).to(dev), MatrixType.COO)
-        except (RuntimeError, ValueError) as e:
-            raise LinearSolveError(f"sparse Cholesky factorisation failed: {e}") from e
-        xt = torch.zeros(n, dtype=torch.float64, device=dev)
-        s.solve(torch.from_numpy(b).to(dev), xt)
-        x = xt.cpu().numpy()
-    else:
-        raise ValueError(f"linear_solver must be 'cholesky', 'dense' or 'pcg', got {method!r}")
-    if not np.isfinite(x).all():
-        raise LinearSolveError(f"{method} solve produced non-finite values (the matrix is not positive definite)")
-    return x.reshape(-1, 3)
+@wp.kernel
+def _min_bound(b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    wp.atomic_min(out, 0, b[wp.tid()])
 
 # %% ../nbs/05_solver.ipynb #9c609980
+def _option(name, value, kind, ok, rule):
+    "Check one solver option: `kind` a type (or tuple), `ok` a predicate; raise ValueError naming the option and the rule."
+    if isinstance(value, bool) or not isinstance(value, kind) or not ok(value):
+        raise ValueError(f"SolverIPC: option {name} must be {rule}, got {value!r}")
+    return value
+
 class SolverIPC(newton.solvers.SolverBase):
-    """Incremental Potential Contact for thin films with sphere contents (SPEC.md §2–§4).
+    """Incremental Potential Contact for thin films with sphere contents.
 
     Keyword-only options (defaults in brackets): `membrane` ["stvk"] or "neohookean"; `dhat` [1.0e-3 m]
     barrier activation distance; `min_gap` [3.0e-5 m]; `kappa` [1000 N/m] barrier stiffness; `friction`
     [0.35] coefficient μ; `max_iterations` [150] Newton iterations per step; `tolerance` [1.2e-5 m] on
     max|Δx|; `line_search_trials` [48]; `max_subdivisions` [7] levels of halving dt on failure;
-    `step_bound` ["accd"] or "normal" (the seed's); `linear_solver` ["cholesky"], "dense" or "pcg";
+    `step_bound` ["accd"] or "normal" (the reference implementation's); `linear_solver` ["auto": pardiso on
+    the CPU, cholespy on CUDA], a name ("pardiso", "cholespy" or "cholesky", "dense", "pcg") or a `LinearSolver`;
     `drag` [0.0 1/s] drag coefficient c of the force −c·m·v on film particles; `skin` [1.5e-3 m] candidate
-    reuse distance; `sphere_particles` [None: particles on no triangle] sphere centres.
+    reuse distance; `sphere_particles` [None: particles on no triangle] sphere centres; `observer` [None] a
+    callable that receives an `IterationInfo` after every Newton iteration.
     """
     def __init__(self, model, *, membrane: str = "stvk", dhat: float = 1.0e-3, min_gap: float = 3.0e-5,
                  kappa: float = 1000.0, friction: float = 0.35, max_iterations: int = 150, tolerance: float = 1.2e-5,
                  line_search_trials: int = 48, max_subdivisions: int = 7, step_bound: str = "accd",
-                 linear_solver: str = "cholesky", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None):
+                 linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None):
         super().__init__(model)
-        if step_bound not in ("accd", "normal"): raise ValueError(f"step_bound must be 'accd' or 'normal', got {step_bound!r}")
-        if linear_solver not in ("cholesky", "dense", "pcg"): raise ValueError(f"linear_solver must be 'cholesky', 'dense' or 'pcg', got {linear_solver!r}")
-        if not (dhat > 0 and min_gap >= 0 and kappa > 0 and friction >= 0 and tolerance > 0 and drag >= 0):
-            raise ValueError("dhat, kappa and tolerance must be > 0; min_gap, friction and drag ≥ 0")
+        real, pos = numbers.Real, lambda v: math.isfinite(v) and v > 0
+        nonneg = lambda v: math.isfinite(v) and v >= 0
+        _option("membrane", membrane, str, lambda v: v in ("stvk", "neohookean"), "'stvk' or 'neohookean'")
+        _option("step_bound", step_bound, str, lambda v: v in ("accd", "normal"), "'accd' or 'normal'")
+        for name, v in (("dhat", dhat), ("kappa", kappa), ("tolerance", tolerance)): _option(name, v, real, pos, "a finite number > 0")
+        for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)): _option(name, v, real, nonneg, "a finite number ≥ 0")
+        _option("min_gap", min_gap, real, lambda v: v < dhat, f"smaller than dhat = {dhat}")
+        for name, v in (("max_iterations", max_iterations), ("line_search_trials", line_search_trials)):
+            _option(name, v, numbers.Integral, lambda v: v >= 1, "an integer ≥ 1")
+        _option("max_subdivisions", max_subdivisions, numbers.Integral, lambda v: 0 <= v <= 30, "an integer in 0..30")
+        if observer is not None and not callable(observer): raise ValueError(f"SolverIPC: option observer must be callable, got {observer!r}")
         self.ipc = IPCModel.from_newton(model, sphere_particles=sphere_particles)
         d = self.ipc.device
+        self.linear = make_linear_solver(linear_solver, device=d)
+        self.observer = observer
         self.options = dict(membrane=membrane, dhat=dhat, min_gap=min_gap, kappa=kappa, friction=friction,
-                            max_iterations=max_iterations, tolerance=tolerance, line_search_trials=line_search_trials,
-                            max_subdivisions=max_subdivisions, step_bound=step_bound, linear_solver=linear_solver,
+                            max_iterations=int(max_iterations), tolerance=tolerance, line_search_trials=int(line_search_trials),
+                            max_subdivisions=int(max_subdivisions), step_bound=step_bound, linear_solver=self.linear.name,
                             drag=drag, skin=skin)
         self.membrane = MembraneTerm(self.ipc, model=membrane)
         self.bending = HingeTerm(self.ipc)
@@ -198,9 +158,18 @@ class SolverIPC(newton.solvers.SolverBase):
         self._inertia = SupportTerm(device=d)
         self._drag = SupportTerm(device=d)
         mass = self.ipc.mass.numpy(); fixed = self.ipc.fixed.numpy().astype(bool)
-        self._mass, self._free = mass, np.flatnonzero(~fixed).astype(np.int32)
+        self._mass, self._free, self._fixed_mask = mass, np.flatnonzero(~fixed).astype(np.int32), fixed
         self._film = self.ipc.film_particles
+        n = self.ipc.particle_count
+        self.system = NewtonSystem(n, self.ipc.fixed, device=d)
+        self._blocks = HessianBlocks.allocate(1, device=d)
+        self._x, self._xt, self._dx, self._z = (wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(4))
+        self._phi_acc, self._norms = wp.zeros(1, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
+        self._near = None
+        self._bounds = wp.zeros(1, dtype=wp.vec2d, device=d); self._bounds_n = wp.zeros(1, dtype=wp.float64, device=d)
+        self._alpha = wp.zeros(1, dtype=wp.float64, device=d)
         self.last_stats: StepStats | None = None
+        self._last_out = None
 
     @property
     def terms(self) -> list[EnergyTerm]:
@@ -218,108 +187,169 @@ class SolverIPC(newton.solvers.SolverBase):
     def clear_tie(self): self.tie.clear()
 
 # %% ../nbs/05_solver.ipynb #bf039458
-@wp.kernel
-def _axpy(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), alpha: wp.float64, out: wp.array(dtype=wp.vec3d)):
-    i = wp.tid()
-    out[i] = x[i] + alpha * dx[i]
-
+@patch
+def _phi(self: SolverIPC, x: wp.array, near=None) -> float:
+    "Φ(x): the sum of every term's energy (J), summed on the device and read once; +inf outside the admissible set. `near`: the barrier's candidates that can be active at x."
+    self._phi_acc.zero_()
+    for t in self.terms:
+        if t is self.barrier: t.add_energy(x, self._phi_acc, near)
+        else: t.add_energy(x, self._phi_acc)
+    return float(self._phi_acc.numpy()[0])
 
 @patch
-def _phi(self: SolverIPC, x: wp.array) -> float:
-    "Φ(x): the sum of every term's energy (J); +inf outside the admissible set."
-    return float(sum(t.energy(x) for t in self.terms))
-
-@patch
-def _assemble(self: SolverIPC, x: wp.array):
-    "Gradient (N, 3) numpy and the equilibrated, fixed-DOF-eliminated BSR matrix with its scaling D (wp vec3d)."
-    n = self.ipc.particle_count
+def _assemble(self: SolverIPC, x: wp.array, fresh: bool):
+    "Gradient and Hessian blocks of every term at x into `self.system`, then D H D and −D∇Φ; `fresh` lets the block pattern shrink."
+    for t in self.terms: t.prepare(x)
     sizes = [t.num_blocks() for t in self.terms]
     total = sum(sizes)
-    blocks = HessianBlocks.allocate(total + n, device=self.device)
-    grad = wp.zeros(n, dtype=wp.vec3d, device=self.device)
+    if total > len(self._blocks):
+        self._blocks = HessianBlocks.allocate(int(1.5 * total) + 64, device=self.device)
+    sys = self.system
+    sys.grad.zero_()
     off = 0
     for t, s in zip(self.terms, sizes):
-        t.accumulate(x, grad, blocks, off); off += s
-    wp.launch(_fix_triplets, dim=total + n, inputs=[blocks.rows, blocks.cols, blocks.vals, self.ipc.fixed, total], device=self.device)
-    wp.launch(_fix_gradient, dim=n, inputs=[grad, self.ipc.fixed], device=self.device)
-    H = wps.bsr_zeros(n, n, wp.mat33d, device=self.device)
-    wps.bsr_set_from_triplets(H, blocks.rows, blocks.cols, blocks.vals, prune_numerical_zeros=False)
-    D = wp.empty(n, dtype=wp.vec3d, device=self.device)
-    wp.launch(_diag_scale, dim=n, inputs=[wps.bsr_get_diag(H), D], device=self.device)
-    nnz = int(H.offsets.numpy()[-1])
-    wp.launch(_equilibrate, dim=nnz, inputs=[H.uncompress_rows(), H.columns, H.values, D], device=self.device)
-    return grad.numpy(), H, D.numpy()
+        t.accumulate(x, sys.grad, self._blocks, off); off += s
+    changed = sys.assemble(self._blocks, total, fresh=fresh)
+    sys.finish()
+    return changed
 
 @patch
-def _direction(self: SolverIPC, x: wp.array, st: StepStats):
-    "Newton direction Δx (N, 3) and the gradient at x."
+def _direction(self: SolverIPC, x: wp.array, fresh: bool, st: StepStats) -> tuple[float, float, float]:
+    "The Newton direction Δx into `self._dx`; returns (∇Φ·Δx, max|Δx| over components, max ‖Δxᵢ‖ over particles)."
     with _Timer(st.times, "assembly"):
-        g, H, D = self._assemble(x)
-    if not (np.isfinite(g).all() and np.isfinite(D).all()):
-        raise StepFailure("non-finite gradient or Hessian diagonal")
+        try:
+            st.patterns += self._assemble(x, fresh)
+        except LinearSolveError as e:
+            raise StepFailure(str(e)) from e
+    with _Timer(st.times, "factorisation"):
+        try:
+            self.linear.prepare(self.system)
+        except LinearSolveError as e:
+            raise StepFailure(str(e)) from e
     with _Timer(st.times, "solve"):
-        z = solve_linear(H, -D * g, self.options["linear_solver"])
-    return D * z, g
+        try:
+            self.linear.solve(self.system, self._z)
+        except LinearSolveError as e:
+            raise StepFailure(str(e)) from e
+        self.system.unscale(self._z, self._dx)
+        self._norms.zero_()
+        wp.launch(_direction_norms, dim=len(x), inputs=[self.system.grad, self._dx, self._norms], device=self.device)
+        slope, max_dx, max_move = (float(v) for v in self._norms.numpy())
+    if not (math.isfinite(slope) and math.isfinite(max_dx)):
+        raise StepFailure("non-finite Newton direction")
+    return slope, max_dx, max_move
 
 @patch
-def _solve(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: float, st: StepStats):
-    "One attempt at a step of `dt` from positions `x0`, velocities `v0` and external forces `f` (all (N, 3) float64)."
-    o, dev = self.options, self.device
+def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
+    "The largest α ≤ 1 keeping the gap of every candidate of `cs` positive along x → x + α Δx (minimum over the candidates, on the device)."
+    m = cs.count
+    if m == 0: return 1.0
+    d = self.device
+    self._alpha.fill_(math.inf)
+    if self.options["step_bound"] == "accd":
+        if self._bounds.shape[0] < m: self._bounds = wp.zeros(int(1.5 * m), dtype=wp.vec2d, device=d)
+        wp.launch(_accd_contacts_kernel, dim=m, device=d, outputs=[self._bounds],
+                  inputs=[x, dx, cs.pairs, cs.kind, cs.offset, wp.float64(ACCD_ETA), wp.int32(ACCD_MAX_ITER)])
+        wp.launch(_min_toi, dim=m, inputs=[self._bounds, self._alpha], device=d)
+        return min(1.0, max(0.0, float(self._alpha.numpy()[0])))
+    if self._bounds_n.shape[0] < m: self._bounds_n = wp.zeros(int(1.5 * m), dtype=wp.float64, device=d)
+    wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[x, dx, cs.pairs, cs.kind, cs.offset], outputs=[self._bounds_n])
+    wp.launch(_min_bound, dim=m, inputs=[self._bounds_n, self._alpha], device=d)
+    b = float(self._alpha.numpy()[0])
+    return 1.0 if b > 1.0 else max(0.0, 0.9 * b)
+
+@patch
+def _closed_gap_message(self: SolverIPC, x: wp.array) -> str:
+    "Which candidate has the smallest gap at x, named by its primitives."
+    g = self.barrier.gaps(x); c = int(np.argmin(g))
+    p, k = self.search.contacts.pairs.numpy()[c], int(self.search.contacts.kind.numpy()[c])
+    what = {KIND_VT: f"vertex {p[0]} and triangle ({p[1]}, {p[2]}, {p[3]})", KIND_EE: f"edge ({p[0]}, {p[1]}) and edge ({p[2]}, {p[3]})",
+            KIND_SF: f"sphere particle {p[0]} and triangle ({p[1]}, {p[2]}, {p[3]})", KIND_SS: f"sphere particles {p[0]} and {p[1]}"}.get(k, f"candidate {p.tolist()}")
+    return f"the gap between {what} is {g[c]:.3e} m ≤ 0"
+
+@patch
+def _predict(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: float):
+    "Set the inertia term's targets y = x0 + dt v0 + dt² (g + f/m) and stiffnesses m/dt², and the drag about x0."
     free, m = self._free, self._mass
     y = x0 + dt * v0
     y[free] += dt * dt * (self.ipc.gravity + f[free] / m[free, None])
     self._inertia.set(free, y[free], m[free] / (dt * dt))
-    if o["drag"] > 0 and len(self._film):
-        self._drag.set(self._film, x0[self._film], o["drag"] * m[self._film] / dt)
+    if self.options["drag"] > 0 and len(self._film):
+        self._drag.set(self._film, x0[self._film], self.options["drag"] * m[self._film] / dt)
     else:
         self._drag.clear()
-    x = wp.array(x0, dtype=wp.vec3d, device=dev)
-    with _Timer(st.times, "candidates"):
-        self.search.update(x, x)
-    g0 = self.barrier.min_gap(x)
-    if not g0 > 0:
-        raise SolverError(f"invalid start: a contact gap is already closed (minimum gap {g0:.3e} m ≤ 0)")
-    self.friction.lag(x, dt)
+
+@patch
+def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, alpha: float, it: int, converged: bool, near, st: StepStats):
+    "Armijo backtracking from the CCD bound α along self._dx into self._xt; returns (α, Φ(x + αΔx)), or None when a converged step is kept."
+    o, dev = self.options, self.device
+    for _ in range(o["line_search_trials"]):
+        st.line_search_trials += 1
+        wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(alpha), self._xt], device=dev)
+        phi_t = self._phi(self._xt, near)
+        if phi_t <= phi + 1e-4 * alpha * slope:
+            return alpha, phi_t
+        alpha *= 0.5
+    if converged: return None      # already within tolerance: keep x
+    raise StepFailure(f"line search failed after {o['line_search_trials']} trials (iteration {it})")
+
+@patch
+def _newton(self: SolverIPC, dt: float, st: StepStats) -> wp.array:
+    "Minimise Φ from self._x; returns the minimiser (one of the solver's work arrays)."
+    o, dev = self.options, self.device
+    x, xt = self._x, self._xt
     phi = self._phi(x)
     st.energies.append(phi)
     if not math.isfinite(phi):
         raise SolverError("invalid start: the objective is not finite at the start positions (an inverted triangle?)")
-    xt = wp.empty_like(x)
     for it in range(o["max_iterations"]):
-        dx_np, g = self._direction(x, st)
+        slope, max_dx, max_move = self._direction(x, it == 0, st)
         st.newton_iterations += 1
         # Convergence is judged from the second iteration on, and the last small direction is still taken: from rest,
         # lagged friction is a stiff spring below the sliding speed, so the first direction can be tiny although the
         # minimiser is far (a body on a slope steeper than atan μ would otherwise never start sliding).
-        converged = it > 0 and np.abs(dx_np).max() < o["tolerance"]
-        dx = wp.array(dx_np, dtype=wp.vec3d, device=dev)
-        wp.launch(_axpy, dim=len(x0), inputs=[x, dx, wp.float64(1.0), xt], device=dev)
+        # A zero direction (zero gradient) is a minimiser at any iteration.
+        if max_dx == 0.0: break
+        converged = it > 0 and max_dx < o["tolerance"]
+        wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), xt], device=dev)
         with _Timer(st.times, "candidates"):
             self.search.update(x, xt)
+            # only candidates whose gap can fall below d̂ on the way to x + Δx matter to the bound and the line search
+            self._near = near = self.barrier.near(x, 2.0 * max_move * (1.0 + 1e-9) + 1e-12, self._near)
         with _Timer(st.times, "ccd"):
-            alpha = float(step_bound(self.search.contacts, x, dx, method=o["step_bound"], device=dev))
-        slope = float(np.sum(g * dx_np))
+            alpha = self._step_bound(near, x, self._dx)
         if not slope < 0:
             if converged: break
             raise StepFailure(f"Newton direction is not a descent direction (∇Φ·Δx = {slope:.3e})")
         with _Timer(st.times, "line_search"):
-            for trial in range(o["line_search_trials"]):
-                st.line_search_trials += 1
-                wp.launch(_axpy, dim=len(x0), inputs=[x, dx, wp.float64(alpha), xt], device=dev)
-                phi_t = self._phi(xt)
-                if phi_t <= phi + 1e-4 * alpha * slope:
-                    break
-                alpha *= 0.5
-            else:
-                if converged: break      # already within tolerance: keep x
-                raise StepFailure(f"line search failed after {o['line_search_trials']} trials (iteration {it})")
+            found = self._line_search(x, phi, slope, alpha, it, converged, near, st)
+        if found is None: break
+        alpha, phi_t = found
         st.alphas.append(alpha); st.energies.append(phi_t)
-        x, xt, phi = xt, x, phi_t
+        if self.observer is not None:
+            self.observer(IterationInfo(dt, it, self.system, self._dx, max_dx, slope, alpha, phi_t, dict(self.linear.stats)))
+        x, xt = xt, x
+        self._x, self._xt = x, xt
+        phi = phi_t
         if converged: break
     else:
         raise StepFailure(f"Newton iteration limit ({o['max_iterations']}) reached")
+    return x
+
+@patch
+def _solve(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: float, st: StepStats):
+    "One attempt at a step of `dt` from positions `x0`, velocities `v0` and external forces `f` (all (N, 3) float64)."
+    self._predict(x0, v0, f, dt)
+    x = self._x; x.assign(x0)
+    with _Timer(st.times, "candidates"):
+        self.search.update(x, x)
+    if not self.barrier.min_gap(x) > 0:
+        raise SolverError(f"invalid start: a contact gap is already closed: {self._closed_gap_message(x)}")
+    self.friction.lag(x, dt)
+    st.active_contacts = max(st.active_contacts, self.friction.count)
+    x = self._newton(dt, st)
     x32 = x.numpy().astype(np.float32).astype(np.float64)
-    xr = wp.array(x32, dtype=wp.vec3d, device=dev)
+    xr = self._xt; xr.assign(x32)
     with _Timer(st.times, "candidates"):
         self.search.update(xr, xr)
     ok, gmin, lost = fp32_gap_check(self.search.contacts, xr)
@@ -329,7 +359,7 @@ def _solve(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: f
     kinds = self.search.contacts.kind.numpy()[: self.search.contacts.count]
     st.candidates = {name: int(np.sum(kinds == k)) for k, name in ((KIND_VT, "vt"), (KIND_EE, "ee"), (KIND_SF, "sf"), (KIND_SS, "ss"))}
     v = (x32 - x0) / dt
-    v[self.ipc.fixed.numpy().astype(bool)] = 0.0
+    v[self._fixed_mask] = 0.0
     return x32, v
 
 @patch
@@ -349,17 +379,26 @@ def _advance(self: SolverIPC, x0, v0, f, dt, level, st: StepStats):
         return self._advance(x, v, f, dt / 2, level + 1, st)
 
 @patch
-def _read_state(self: SolverIPC, state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _check_state(self: SolverIPC, state, name: str):
+    "`state` must hold wp.vec3 particle_q and particle_qd arrays of this model's particle count on the solver's device."
     n = self.ipc.particle_count
+    for attr in ("particle_q", "particle_qd"):
+        a = getattr(state, attr, None)
+        if not isinstance(a, wp.array) or a.ndim != 1 or a.shape[0] != n or a.dtype != wp.vec3:
+            got = "missing" if a is None else f"{getattr(a, 'shape', '?')} {wp.types.type_repr(a.dtype) if isinstance(a, wp.array) else type(a).__name__}"
+            raise SolverError(f"{name}.{attr} must be a wp.vec3 array of {n} particles (this model's count), got {got}")
+
+@patch
+def _read_state(self: SolverIPC, state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    self._check_state(state, "state_in")
     q, qd = state.particle_q, state.particle_qd
-    if q is None or q.shape[0] != n or q.dtype != wp.vec3:
-        raise SolverError(f"state.particle_q must be a wp.vec3 array of {n} particles")
     x0 = q.numpy().astype(np.float64); v0 = qd.numpy().astype(np.float64)
     f = state.particle_f.numpy().astype(np.float64) if state.particle_f is not None else np.zeros_like(x0)
     for name, a in (("particle_q", x0), ("particle_qd", v0), ("particle_f", f)):
+        if a.shape != x0.shape: raise SolverError(f"state_in.{name} has shape {a.shape}, expected {x0.shape}")
         if not np.isfinite(a).all():
             i = int(np.flatnonzero(~np.isfinite(a).all(1))[0])
-            raise SolverError(f"state.{name} of particle {i} is not finite: {a[i]}")
+            raise SolverError(f"state_in.{name} of particle {i} is not finite: {a[i]}")
     return x0, v0, f
 
 @patch
@@ -369,22 +408,26 @@ def _check_intersections(self: SolverIPC, x0: np.ndarray):
     if not len(tri): return
     n_all = count_intersections(x0, tri, device=self.device)
     if n_all == 0: return
-    fixed_tri = tri[self.ipc.fixed.numpy().astype(bool)[tri].all(1)]
+    fixed_tri = tri[self._fixed_mask[tri].all(1)]
     n_obstacles = count_intersections(x0, fixed_tri, device=self.device) if len(fixed_tri) else 0
     if n_all > n_obstacles:
         raise SolverError(f"invalid start: {n_all - n_obstacles} pair(s) of triangles intersect (an edge passes through a face)")
 
 @patch
 def step(self: SolverIPC, state_in, state_out, control, contacts, dt: float):
-    "Advance `state_in` by `dt` into `state_out` (SPEC.md §2). `control` and `contacts` are not needed (may be None)."
-    if not dt > 0: raise ValueError(f"dt must be > 0, got {dt}")
+    "Advance `state_in` by `dt` into `state_out`. `control` and `contacts` are not needed (may be None)."
+    if isinstance(dt, bool) or not isinstance(dt, numbers.Real) or not (math.isfinite(dt) and dt > 0):
+        raise ValueError(f"dt must be a finite number > 0, got {dt!r}")
+    self._check_state(state_out, "state_out")
     x0, v0, f = self._read_state(state_in)
-    self._check_intersections(x0)
+    # a start that is this solver's last output is known to be free of intersections: skip the exact test
+    if self._last_out is None or not np.array_equal(x0, self._last_out): self._check_intersections(x0)
     st = StepStats(dt=dt)
     self.last_stats = st
     x, v = self._advance(x0, v0, f, dt, 0, st)
     state_out.particle_q.assign(x.astype(np.float32))
     state_out.particle_qd.assign(v.astype(np.float32))
+    self._last_out = x
 
 # %% ../nbs/05_solver.ipynb #b2a4422d
 def _rot_y(p, angle):
