@@ -95,9 +95,10 @@ class FrictionTerm(ElementEnergyTerm):
         self.n = wp.zeros(0, dtype=wp.vec3d, device=d); self.load = wp.zeros(0, dtype=wp.float64, device=d)
         self._e = wp.zeros(0, dtype=wp.float64, device=d)
 
-    def lag(self, x0: wp.array, dt: float):
-        "Freeze loads, weights and normals at the step's start positions `x0`, keeping the candidates that carry a load (an active barrier)."
-        cs = self.search.contacts
+    def lag(self, x0: wp.array, dt: float, contacts=None):
+        """Freeze loads, weights and normals at the step's start positions `x0`, keeping the candidates that carry a load
+        (an active barrier); `contacts` (default: every candidate of the search) may be any superset of those."""
+        cs = self.search.contacts if contacts is None else contacts
         m = int(cs.count) if self.mu > 0 else 0
         self.eps = dt * self.sliding_speed
         self.x0 = wp.clone(x0)

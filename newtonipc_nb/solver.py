@@ -24,8 +24,7 @@ from .friction import FrictionTerm
 from .linear import LinearSolveError, LinearSolver, NewtonSystem, make_linear_solver, solve_linear
 
 # %% auto #0
-__all__ = ['SolverError', 'StepFailure', 'LinearSolveError', 'StepStats', 'IterationInfo', 'solve_linear', 'SolverIPC', 'hinge_scene',
-           'sheet_on_sphere']
+__all__ = ['TIME_KEYS', 'SolverError', 'StepFailure', 'StepStats', 'IterationInfo', 'SolverIPC', 'hinge_scene', 'sheet_on_sphere']
 
 # %% ../nbs/05_solver.ipynb #4660500a
 class SolverError(RuntimeError):
@@ -197,8 +196,8 @@ def _phi(self: SolverIPC, x: wp.array, near=None) -> float:
     return float(self._phi_acc.numpy()[0])
 
 @patch
-def _assemble(self: SolverIPC, x: wp.array, fresh: bool):
-    "Gradient and Hessian blocks of every term at x into `self.system`, then D H D and −D∇Φ; `fresh` lets the block pattern shrink."
+def _assemble(self: SolverIPC, x: wp.array) -> bool:
+    "Gradient and Hessian blocks of every term at x into `self.system`, then D H D and −D∇Φ; returns whether the block pattern changed."
     for t in self.terms: t.prepare(x)
     sizes = [t.num_blocks() for t in self.terms]
     total = sum(sizes)
@@ -209,16 +208,16 @@ def _assemble(self: SolverIPC, x: wp.array, fresh: bool):
     off = 0
     for t, s in zip(self.terms, sizes):
         t.accumulate(x, sys.grad, self._blocks, off); off += s
-    changed = sys.assemble(self._blocks, total, fresh=fresh)
+    changed = sys.assemble(self._blocks, total)
     sys.finish()
     return changed
 
 @patch
-def _direction(self: SolverIPC, x: wp.array, fresh: bool, st: StepStats) -> tuple[float, float, float]:
+def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, float, float]:
     "The Newton direction Δx into `self._dx`; returns (∇Φ·Δx, max|Δx| over components, max ‖Δxᵢ‖ over particles)."
     with _Timer(st.times, "assembly"):
         try:
-            st.patterns += self._assemble(x, fresh)
+            st.patterns += self._assemble(x)
         except LinearSolveError as e:
             raise StepFailure(str(e)) from e
     with _Timer(st.times, "factorisation"):
@@ -303,7 +302,7 @@ def _newton(self: SolverIPC, dt: float, st: StepStats) -> wp.array:
     if not math.isfinite(phi):
         raise SolverError("invalid start: the objective is not finite at the start positions (an inverted triangle?)")
     for it in range(o["max_iterations"]):
-        slope, max_dx, max_move = self._direction(x, it == 0, st)
+        slope, max_dx, max_move = self._direction(x, st)
         st.newton_iterations += 1
         # Convergence is judged from the second iteration on, and the last small direction is still taken: from rest,
         # lagged friction is a stiff spring below the sliding speed, so the first direction can be tiny although the
@@ -345,7 +344,7 @@ def _solve(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: f
         self.search.update(x, x)
     if not self.barrier.min_gap(x) > 0:
         raise SolverError(f"invalid start: a contact gap is already closed: {self._closed_gap_message(x)}")
-    self.friction.lag(x, dt)
+    self.friction.lag(x, dt, self.barrier.near(x, 0.0))     # the candidates whose barrier is active at the start
     st.active_contacts = max(st.active_contacts, self.friction.count)
     x = self._newton(dt, st)
     x32 = x.numpy().astype(np.float32).astype(np.float64)
