@@ -23,8 +23,10 @@ from .inputs import bag_mesh
 __all__ = ['ACCD_ETA', 'ACCD_MAX_ITER', 'STEP_METHODS', 'CCD_QUERY_KINDS', 'vertex_face_toi', 'edge_edge_toi',
            'candidate_step_bounds', 'step_bound', 'through_face_scene', 'fp32_gaps', 'fp32_gap_check',
            'ccd_queries_dir', 'QueryBatch', 'read_query_file', 'load_ccd_queries', 'ccd_query_report',
-           'tri_tri_intersect_exact', 'tri_tri_intersect', 'intersecting_pairs', 'count_intersections', 'random_soup',
-           'grid_sheet', 'folded_sheet', 'ipctk_has_intersections', 'bag_step_states', 'ipctk_step_bound']
+           'tri_tri_intersect_exact', 'tri_tri_intersect', 'intersecting_pairs', 'count_intersections',
+           'pair_intersects_reference', 'box_overlap_pairs', 'reference_intersecting_pairs', 'random_soup',
+           'grid_sheet', 'folded_sheet', 'crumpled_sheet', 'flat_crumpled_sheet', 'ipctk_has_intersections',
+           'bag_step_states', 'ipctk_step_bound']
 
 # %% ../nbs/03_ccd.ipynb #12d7944f
 _VT, _EE, _SF, _SS = wp.constant(KIND_VT), wp.constant(KIND_EE), wp.constant(KIND_SF), wp.constant(KIND_SS)
@@ -607,6 +609,72 @@ def _tri_tri(p0: wp.vec3d, p1: wp.vec3d, p2: wp.vec3d, q0: wp.vec3d, q1: wp.vec3
                 res = wp.int32(0)
     return res
 
+@wp.func
+def _shared_vertex_tri_tri(s: wp.vec3d, p1: wp.vec3d, p2: wp.vec3d, q1: wp.vec3d, q2: wp.vec3d) -> wp.int32:
+    "Triangles (s, p1, p2), (s, q1, q2) meet in more than s: the edge opposite s of one meets the other. 0, 1 or 2 (unknown)."
+    res = wp.int32(2)
+    e1 = _o3(s, q1, q2, p1)
+    e2 = _o3(s, q1, q2, p2)
+    f1 = wp.int32(2)
+    f2 = wp.int32(2)
+    if _side(e1, e2, e1) == 0:
+        f1 = _o3(s, p1, p2, q1)
+        f2 = _o3(s, p1, p2, q2)
+    if _side(e1, e2, e1) == 1 or _side(f1, f2, f1) == 1:
+        res = wp.int32(0)   # p1, p2 (or q1, q2) certainly on one side of the other's plane: it meets that plane in s only
+    else:
+        dp = _degenerate(s, p1, p2)
+        dq = _degenerate(s, q1, q2)
+        if dp == 1 or dq == 1:
+            res = wp.int32(0)
+        elif dp == 0 and dq == 0:
+            res = _seg_tri_3d(p1, p2, s, q1, q2)
+            if res != 1:
+                res = _or3(res, _seg_tri_3d(q1, q2, s, p1, p2))
+    if res == 2:
+        # a projection in which both shadows are certainly non-degenerate and meet only in s proves P ∩ Q = {s}
+        for k in range(3):
+            a = _proj(s, k)
+            b1 = _proj(p1, k)
+            b2 = _proj(p2, k)
+            c1 = _proj(q1, k)
+            c2 = _proj(q2, k)
+            u = _o2(a, b1, b2)
+            v = _o2(a, c1, c2)
+            if (u == 1 or u == -1) and (v == 1 or v == -1):
+                if _or3(_seg_tri_2d(b1, b2, a, c1, c2), _seg_tri_2d(c1, c2, a, b1, b2)) == 0:
+                    res = wp.int32(0)
+    return res
+
+@wp.func
+def _shared_edge_tri_tri(a: wp.vec3d, b: wp.vec3d, p: wp.vec3d, q: wp.vec3d) -> wp.int32:
+    "Triangles (a, b, p), (a, b, q) meet in more than ab: coplanar, p and q on the same side of ab. 0, 1 or 2 (unknown)."
+    o = _o3(a, b, p, q)
+    res = wp.int32(2)
+    if o == 1 or o == -1:
+        res = wp.int32(0)   # certainly not coplanar: the planes meet in the line ab only
+    else:
+        dp = _degenerate(a, b, p)
+        dq = _degenerate(a, b, q)
+        if dp == 1 or dq == 1:
+            res = wp.int32(0)
+        elif dp == 0 and dq == 0 and o == 0:
+            k = _drop_axis(a, b, p)
+            u = _o2(_proj(a, k), _proj(b, k), _proj(p, k))
+            v = _o2(_proj(a, k), _proj(b, k), _proj(q, k))
+            if u != 2 and v != 2:
+                res = wp.int32(0)
+                if u * v > 0:
+                    res = wp.int32(1)
+    if res == 2:
+        # p and q certainly on opposite sides of ab in a projection (a one-to-one map of either triangle): only ab is shared
+        for k in range(3):
+            u = _o2(_proj(a, k), _proj(b, k), _proj(p, k))
+            v = _o2(_proj(a, k), _proj(b, k), _proj(q, k))
+            if (u == 1 and v == -1) or (u == -1 and v == 1):
+                res = wp.int32(0)
+    return res
+
 @wp.kernel
 def _tri_boxes_kernel(x: wp.array(dtype=wp.vec3d), f: wp.array(dtype=wp.vec3i), lo: wp.array(dtype=wp.vec3), hi: wp.array(dtype=wp.vec3)):
     i = wp.tid()
@@ -634,21 +702,33 @@ def _tri_pairs_kernel(bvh: wp.uint64, x: wp.array(dtype=wp.vec3d), f: wp.array(d
     while wp.bvh_query_next(query, j):
         if j > i:
             fj = f[j]
-            shared = int(0)
+            ns = int(0)   # shared vertices; su, sv: the sums of their positions in fi, fj
+            su = int(0)
+            sv = int(0)
             for u in range(3):
                 for v in range(3):
                     if fi[u] == fj[v]:
-                        shared = 1
-            if shared == 0:
+                        ns = ns + 1
+                        su = su + u
+                        sv = sv + v
+            r = wp.int32(0)
+            if ns == 0:
                 r = _tri_tri(x[fi[0]], x[fi[1]], x[fi[2]], x[fj[0]], x[fj[1]], x[fj[2]])
-                if r == 1:
-                    k = wp.atomic_add(counter, 0, 1)
-                    if k < cap:
-                        hits[k] = wp.vec2i(i, j)
-                elif r == 2:
-                    k = wp.atomic_add(counter, 1, 1)
-                    if k < cap:
-                        unknown[k] = wp.vec2i(i, j)
+            elif ns == 1:
+                r = _shared_vertex_tri_tri(x[fi[su]], x[fi[(su + 1) % 3]], x[fi[(su + 2) % 3]], x[fj[(sv + 1) % 3]], x[fj[(sv + 2) % 3]])
+            elif ns == 2:
+                nu = 3 - su   # the unshared vertex of each (out of range only for a face with a repeated index: zero area)
+                nv = 3 - sv
+                if nu >= 0 and nu <= 2 and nv >= 0 and nv <= 2:
+                    r = _shared_edge_tri_tri(x[fi[(nu + 1) % 3]], x[fi[(nu + 2) % 3]], x[fi[nu]], x[fj[nv]])
+            if r == 1:
+                k = wp.atomic_add(counter, 0, 1)
+                if k < cap:
+                    hits[k] = wp.vec2i(i, j)
+            elif r == 2:
+                k = wp.atomic_add(counter, 1, 1)
+                if k < cap:
+                    unknown[k] = wp.vec2i(i, j)
 
 # %% ../nbs/03_ccd.ipynb #faaf38b8
 def _xo3(a, b, c, d) -> int:
@@ -712,6 +792,26 @@ def tri_tri_intersect_exact(P, Q) -> bool:
     return (any(_xseg_tri_3d(P[i], P[(i + 1) % 3], *Q) for i in range(3))
             or any(_xseg_tri_3d(Q[i], Q[(i + 1) % 3], *P) for i in range(3)))
 
+def _xpair_exact(P, Q, fi, fj) -> bool:
+    "The kernel's pair test with exact signs: faces fi, fj at corners P, Q meet in more than the vertices they share."
+    fi, fj = [int(k) for k in fi], [int(k) for k in fj]
+    sh = [(u, v) for u in range(3) for v in range(3) if fi[u] == fj[v]]
+    if not sh: return tri_tri_intersect_exact(P, Q)
+    P = [tuple(Fraction(float(c)) for c in p) for p in np.asarray(P, dtype=np.float64)]
+    Q = [tuple(Fraction(float(c)) for c in q) for q in np.asarray(Q, dtype=np.float64)]
+    if len(set(fi)) < 3 or len(set(fj)) < 3 or not any(_xnormal(*P)) or not any(_xnormal(*Q)): return False
+    if len(sh) == 1:
+        (u, v), = sh
+        s, p1, p2, q1, q2 = P[u], P[(u + 1) % 3], P[(u + 2) % 3], Q[(v + 1) % 3], Q[(v + 2) % 3]
+        return _xseg_tri_3d(p1, p2, s, q1, q2) or _xseg_tri_3d(q1, q2, s, p1, p2)
+    if len(sh) == 2:
+        u, v = 3 - sh[0][0] - sh[1][0], 3 - sh[0][1] - sh[1][1]
+        a, b, p, q = P[(u + 1) % 3], P[(u + 2) % 3], P[u], Q[v]
+        if _xo3(a, b, p, q) != 0: return False
+        k = _xdrop(a, b, p)
+        return _xo2(_xproj(a, k), _xproj(b, k), _xproj(p, k)) * _xo2(_xproj(a, k), _xproj(b, k), _xproj(q, k)) > 0
+    return False
+
 # %% ../nbs/03_ccd.ipynb #f8bab1fb
 @wp.kernel
 def _tri_tri_batch_kernel(P: wp.array(dtype=wp.vec3d, ndim=2), Q: wp.array(dtype=wp.vec3d, ndim=2), out: wp.array(dtype=wp.int32)):
@@ -743,7 +843,7 @@ def _check_mesh(vertices, faces, name: str):
     return np.array(V, dtype=np.float64), np.array(F, dtype=np.int32)
 
 def intersecting_pairs(vertices, faces, device=None, *, stats: dict | None = None) -> np.ndarray:
-    "Pairs (k, 2) of face indices i < j of triangles that share no vertex and intersect (exact test, BVH broad phase)."
+    "Pairs (k, 2) of face indices i < j of triangles that meet in more than the vertex or edge they share (exact test, BVH broad phase)."
     V, F = _check_mesh(vertices, faces, "intersecting_pairs")
     m = len(F)
     if m < 2: return np.zeros((0, 2), np.int32)
@@ -762,14 +862,61 @@ def intersecting_pairs(vertices, faces, device=None, *, stats: dict | None = Non
         cap = int(1.5 * max(nh, nu)) + 64
     pairs = hits.numpy()[:nh]
     und = unknown.numpy()[:nu]
-    exact = [p for p in und if tri_tri_intersect_exact(V[F[p[0]]], V[F[p[1]]])]
+    exact = [p for p in und if _xpair_exact(V[F[p[0]]], V[F[p[1]]], F[p[0]], F[p[1]])]
     if stats is not None: stats.update(filtered=nh, undecided=nu, exact_hits=len(exact))
     out = np.concatenate([pairs.reshape(-1, 2), np.asarray(exact, dtype=np.int32).reshape(-1, 2)]).astype(np.int32)
     return out[np.lexsort((out[:, 1], out[:, 0]))] if len(out) else out
 
 def count_intersections(vertices, faces, device=None) -> int:
-    "Number of pairs of triangles sharing no vertex that intersect (touching counts), exact in FP64 input."
+    "Number of pairs of triangles that meet in more than the vertex or edge they share (touching counts), exact in FP64 input."
     return int(len(intersecting_pairs(vertices, faces, device)))
+
+# %% ../nbs/03_ccd.ipynb #0aa9321a
+def _hclip(S, n, c):
+    "The part of the convex polygon S (a cyclic list of homogeneous integer points (x, y, z, w), w > 0) where n·x ≤ c (Sutherland–Hodgman)."
+    out = []
+    for k, a in enumerate(S):
+        b = S[(k + 1) % len(S)]
+        ha = n[0] * a[0] + n[1] * a[1] + n[2] * a[2] - c * a[3]
+        hb = n[0] * b[0] + n[1] * b[1] + n[2] * b[2] - c * b[3]
+        if ha <= 0: out.append(a)
+        if (ha < 0 < hb) or (hb < 0 < ha):
+            p = tuple(ha * y - hb * x for x, y in zip(a, b))                  # where the edge ab crosses n·x = c
+            out.append(p if p[3] > 0 else tuple(-v for v in p))
+    return out
+
+def pair_intersects_reference(vertices, fi, fj) -> bool:
+    "Exact reference (integer arithmetic): do faces fi, fj meet in more than the vertices they share? Zero-area faces never do."
+    fi, fj = [int(k) for k in fi], [int(k) for k in fj]
+    r = [[float(c).as_integer_ratio() for c in vertices[k]] for k in fi + fj]
+    D = max(d for p in r for _, d in p)                                       # every double is an integer over a power of two
+    P, Q = [tuple(a * (D // d) for a, d in p) for p in r[:3]], [tuple(a * (D // d) for a, d in p) for p in r[3:]]
+    sub = lambda a, b: tuple(x - y for x, y in zip(a, b))
+    cross = lambda a, b: (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
+    dot = lambda a, b: sum(x * y for x, y in zip(a, b))
+    n = cross(sub(P[1], P[0]), sub(P[2], P[0]))
+    if not any(n) or not any(cross(sub(Q[1], Q[0]), sub(Q[2], Q[0]))): return False
+    S = _hclip(_hclip([q + (1,) for q in Q], n, dot(n, P[0])), tuple(-v for v in n), -dot(n, P[0]))   # Q ∩ plane(P)
+    for k in range(3):                                                        # ∩ the three edge half-spaces of P
+        m = cross(sub(P[(k + 1) % 3], P[k]), n)
+        S = _hclip(S, m, dot(m, P[k]))
+    shared = [P[k] for k in range(3) if fi[k] in fj]                          # S spans P ∩ Q
+    off = lambda p: tuple(p[k] - shared[0][k] * p[3] for k in range(3))       # p − shared[0], scaled by p's w
+    if len(shared) == 0: return len(S) > 0
+    if len(shared) == 1: return any(any(off(p)) for p in S)
+    if len(shared) == 2: return any(any(cross(sub(shared[1], shared[0]), off(p))) for p in S)
+    return False
+
+def box_overlap_pairs(vertices, faces) -> np.ndarray:
+    "Pairs (k, 2) of faces i < j whose closed FP64 bounding boxes overlap (numpy, all pairs)."
+    T = np.asarray(vertices, np.float64)[np.asarray(faces)]; lo, hi = T.min(1), T.max(1)
+    return np.argwhere(np.triu(np.all((lo[:, None] <= hi[None]) & (lo[None] <= hi[:, None]), axis=2), 1))
+
+def reference_intersecting_pairs(vertices, faces) -> np.ndarray:
+    "`intersecting_pairs` by the exact reference, run on the box-overlapping pairs only (slow: ≈ 35 µs per pair)."
+    F = np.asarray(faces)
+    return np.array([(i, j) for i, j in box_overlap_pairs(vertices, F) if pair_intersects_reference(vertices, F[i], F[j])],
+                    dtype=np.int32).reshape(-1, 2)
 
 # %% ../nbs/03_ccd.ipynb #b8c7737a
 def random_soup(rng, n_tri: int | None = None, size: float | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -800,6 +947,22 @@ def folded_sheet(rng, n: int = 8) -> tuple[np.ndarray, np.ndarray]:
     X += 0.01 * rng.standard_normal(X.shape)                        # a little crumple
     t = rng.uniform(0, 2 * np.pi); R = np.array([[np.cos(t), -np.sin(t), 0], [np.sin(t), np.cos(t), 0], [0, 0, 1]])
     return X @ R.T, F
+
+def crumpled_sheet(rng, n: int = 8, size: float = 0.07) -> tuple[np.ndarray, np.ndarray]:
+    "An n×n-vertex grid sheet (`size` m wide), waved 1–20 mm plus 1 mm noise, then x scaled by cos(z·U(0, 200)): crumpled, often through itself."
+    V, F = grid_sheet(n - 1); V = V * size
+    a = rng.uniform(0, 2 * np.pi); s = V[:, 0] * np.cos(a) + V[:, 1] * np.sin(a)
+    z = np.sin(s / (rng.uniform(0.2, 1.0) * size) * np.pi) * rng.uniform(1e-3, 20e-3) + 1e-3 * rng.standard_normal(len(V))
+    V[:, 2] = z; V[:, 0] *= np.cos(z * rng.uniform(0, 200))
+    return V, F
+
+def flat_crumpled_sheet(rng, n: int = 8, tilted: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    "An n×n-vertex grid sheet crumpled within its plane (z = 0, or exactly z = x when `tilted`): neighbours fold over each other coplanar."
+    V, F = grid_sheet(n - 1)
+    V[:, 0] *= np.cos(rng.uniform(0, 2 * np.pi) + rng.uniform(0, 3) * V[:, 1])
+    V[:, :2] += rng.uniform(0, 0.02) * rng.standard_normal((len(V), 2))
+    V[:, 2] = V[:, 0] if tilted else 0.0
+    return V, F
 
 def ipctk_has_intersections(V, F) -> bool:
     "ipc-toolkit's verdict: any edge meets a face it shares no vertex with."

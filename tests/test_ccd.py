@@ -276,11 +276,99 @@ def test_count_intersections_rest_bag_and_validation():
     assert len(ccd.intersecting_pairs(V, F, stats=st)) == 0 and st["undecided"] == 0
     with pytest.raises(ValueError, match="outside"): ccd.count_intersections(V, F + 1000)
     with pytest.raises(ValueError, match=r"shape \(n, 3\)"): ccd.count_intersections(V[:, :2], F)
-    # pushing one hem vertex through the opposite wall creates intersections; the count is of pairs sharing no vertex
+    # pushing one hem vertex through the opposite wall creates intersections, exactly the exact reference's
     X = V.copy(); i = 470; X[i] = -X[i] * [1.2, 1.2, 1.0]
     pairs = ccd.intersecting_pairs(X, F)
-    assert len(pairs) > 0 and not any(set(F[a]) & set(F[b]) for a, b in pairs)
+    assert len(pairs) > 0 and _pairs(pairs) == _pairs(ccd.reference_intersecting_pairs(X, F))
     assert all(ccd.tri_tri_intersect_exact(X[F[a]], X[F[b]]) for a, b in pairs)
+
+
+# ---------------------------------------------------------------- adjacent triangles, against the exact reference
+
+def _pairs(a):
+    return sorted(map(tuple, np.asarray(a).reshape(-1, 2).tolist()))
+
+
+def _both(V, F):
+    "(ours, reference) verdicts of a mesh as sorted pair lists."
+    return _pairs(ccd.intersecting_pairs(V, F)), _pairs(ccd.reference_intersecting_pairs(V, F))
+
+
+# s = 0, P = (0, 1, 2) in z = 0; the rest are the other corners of the hand cases
+HAND_V = np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0],
+                   [0.4, 0.3, 1], [0.3, 0.4, -1],              # 3, 4: an edge through P's interior
+                   [-1, 0, 1], [0, -1, 1],                     # 5, 6: a corner touching P at s only
+                   [1, 1, 0], [-1, 2, 0], [0, 2, 0], [-1, 1, 0], [-1, -1, 0],   # 7–11: coplanar corners
+                   [0.5, 0.5, 0], [0.5, -0.5, 0], [0.5, 0.5, 0.5], [0.25, 0.0, 0.0]])   # 12–15
+
+
+def _tilted(V):
+    "The same points on the plane z = x (exact), shifted by 0.25 (exact): FP64 orientation signs are no longer certain."
+    W = V.copy() + 0.25; W[:, 2] = W[:, 0] + V[:, 2]
+    return W
+
+
+def _check_hand(cases):
+    for V in (HAND_V, _tilted(HAND_V)):
+        for name, (a, b, want) in cases.items():
+            F = np.array([a, b], np.int32)
+            assert ccd.pair_intersects_reference(V, a, b) == want, name
+            assert ccd.count_intersections(V, F) == int(want), name
+            assert ccd.count_intersections(V, F[::-1]) == int(want), name                # either order
+            assert ccd.count_intersections(V, np.roll(F, 1, axis=1)) == int(want), name  # any rotation of the corners
+
+
+def test_shared_vertex_crossing_one_ring():
+    # crumpled sheet 144: the edge (56, 57) of face (56, 57, 49) passes through face (40, 48, 49); the two share vertex 49
+    V, F = ccd.crumpled_sheet(np.random.default_rng(144))
+    assert sorted(set(F[70]) & set(F[85])) == [49] and {56, 57} <= set(F[85]) and sorted(F[70]) == [40, 48, 49]
+    ours, ref = _both(V, F)
+    assert ours == ref == [(70, 85)]
+    assert ccd.count_intersections(V, F) == 1 and ccd.ipctk_has_intersections(V, F)
+    _check_hand({"opposite edge through the neighbour": ([0, 1, 2], [0, 3, 4], True),
+                 "touching at the shared vertex only": ([0, 1, 2], [0, 5, 6], False)})
+
+
+def test_shared_edge_coplanar_fold_over():
+    _check_hand({"coplanar fold-over": ([0, 1, 2], [0, 1, 12], True),
+                 "fold-over onto the shared edge's inside half": ([0, 1, 2], [0, 15, 12], True),
+                 "coplanar, unfolded (touching along the edge)": ([0, 1, 2], [1, 0, 13], False),
+                 "bent about the edge": ([0, 1, 2], [0, 1, 14], False)})
+
+
+def test_shared_vertex_coplanar_overlap():
+    _check_hand({"coplanar corners overlapping": ([0, 1, 2], [0, 7, 8], True),
+                 "coplanar corners along a common edge line": ([0, 1, 2], [0, 9, 10], True),
+                 "coplanar corners apart": ([0, 1, 2], [0, 10, 11], False),
+                 "coplanar corners touching at s": ([0, 1, 2], [0, 5, 11], False)})
+
+
+def test_adjacent_pairs_that_only_touch_do_not_count():
+    V, F = ccd.grid_sheet(8)
+    R = np.linalg.qr(np.random.default_rng(0).standard_normal((3, 3)))[0]
+    spiky = V.copy(); spiky[:, 2] = 0.3 * np.random.default_rng(1).standard_normal(len(V))   # a graph over xy: never through itself
+    for X in (V, _tilted(V), V @ R.T, 0.2 + V @ R.T, spiky, spiky @ R.T):
+        assert _both(X, F) == ([], [])
+    Vb, Fb = bag_mesh()
+    assert len(ccd.box_overlap_pairs(Vb, Fb)) > 4000 and ccd.reference_intersecting_pairs(Vb, Fb).size == 0
+    # zero-area faces and repeated faces: nothing beyond what is shared
+    V = HAND_V
+    assert ccd.count_intersections(V, np.array([[0, 1, 2], [0, 1, 2], [0, 0, 3], [3, 4, 4]], np.int32)) == 0
+
+
+def test_count_intersections_matches_exact_reference_1000():
+    rng = np.random.default_rng(11)
+    kinds = {"crumpled": np.zeros(3, int), "flat": np.zeros(3, int)}
+    bad = []
+    for i in range(1000):
+        V, F = ccd.crumpled_sheet(rng) if i % 2 == 0 else ccd.flat_crumpled_sheet(rng, tilted=i % 4 == 3)
+        ours, ref = _both(V, F)
+        if ours != ref: bad.append((i, sorted(set(ref) - set(ours)), sorted(set(ours) - set(ref))))
+        shared = np.array([len(set(F[a]) & set(F[b])) for a, b in ref], int)
+        kinds["crumpled" if i % 2 == 0 else "flat"] += np.bincount(shared, minlength=3)[:3] > 0
+    assert not bad, bad[:5]                                  # no miss, no false alarm
+    print("meshes with a crossing pair that shares 0 / 1 / 2 vertices:", kinds)
+    assert np.all(kinds["crumpled"][:2] >= 50) and np.all(kinds["flat"] >= 50)
 
 
 def _agreement(n_meshes, seed):
