@@ -431,8 +431,9 @@ def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progr
 
     def save():
         traj.wall_time = time.perf_counter() - t_wall
-        traj.save(out)
-        if on_save is not None: on_save(traj, Path(out))
+        with _signals_held():           # a signal during the write waits until `on_save` has heard of it too
+            traj.save(out)
+            if on_save is not None: on_save(traj, Path(out))
 
     bar = tqdm(total=n_steps, initial=k0, disable=not progress, unit="step", desc="bag")
     subdiv, write_failed = 0, False
@@ -657,18 +658,19 @@ def main(argv=None) -> int:
     "Entry point of `newtonipc-bag`; returns the exit code (`EXIT_CODES`)."
     args = parse_args(argv)
     say = lambda msg: print(f"newtonipc-bag: {msg}", file=sys.stderr, flush=True)
+    in_main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
+    out = None
     try:
         out = _check_inputs(args)
+        return _run(args, out, say)
     except BadInput as e:
         say(str(e))
         if args.debug: traceback.print_exc()
         return 2
-    in_main = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
-    try:
-        return _run(args, out, say)
     except (KeyboardInterrupt, Terminated) as e:
-        say(f"{'stopped by SIGTERM' if isinstance(e, Terminated) else 'interrupted'} after the run; the trajectory is in {out}")
+        say(f"{'stopped by SIGTERM' if isinstance(e, Terminated) else 'interrupted'} " +
+            (f"after the run; the trajectory is in {out}" if out is not None else "while checking the input; nothing was written"))
         return 143 if isinstance(e, Terminated) else 130
     finally:
         if in_main: signal.signal(signal.SIGTERM, old)
