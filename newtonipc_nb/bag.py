@@ -7,9 +7,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import shlex
+import signal
 import sys
+import tempfile
+import threading
 import time
+import traceback
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,11 +29,12 @@ from .inputs import HEM_RING, NECK_RING, N_COLUMNS, SPHERE_RADII, bag_mesh, bag_
 # %% auto #0
 __all__ = ['DT', 'DRAG', 'TOL_HANDLING', 'TOL_RELEASED', 'SCENE_OPTIONS', 'GROUP_STIFFNESS', 'GRIP_COLUMNS', 'FLAP_COLUMNS',
            'BAND_RINGS', 'BODY_RING', 'BAND_COLUMNS', 'SPHERE_DROPS', 'SET_DOWN_SHIFT', 'SET_DOWN_Z', 'TIE_SHRINK',
-           'TIMELINE', 'FOLD_DROP', 'PHASE_ACTIONS', 'BagScene', 'group_particles', 'timeline_table',
-           'ScenarioCheckFailed', 'tie_pairs', 'columns_up', 'phase_rows', 'phase_at', 'Controls', 'Choreographer',
-           'Trajectory', 'load_trajectory', 'resume_run', 'thin_trajectory', 'apply_controls', 'run_bag', 'neck_width',
-           'flap_height', 'winding_number', 'inside_bag', 'film_gaps', 'sphere_film_gaps', 'measure', 'phase_table',
-           'default_device', 'parse_args', 'main']
+           'TIMELINE', 'FOLD_DROP', 'PHASE_ACTIONS', 'SCENE_END', 'EXIT_CODES', 'BagScene', 'group_particles',
+           'timeline_table', 'ScenarioCheckFailed', 'tie_pairs', 'columns_up', 'phase_rows', 'phase_at', 'Controls',
+           'Choreographer', 'BadInput', 'TrajectoryWriteError', 'Terminated', 'Trajectory', 'load_trajectory',
+           'read_trajectory', 'resume_frame', 'resume_run', 'thin_trajectory', 'apply_controls', 'run_bag',
+           'neck_width', 'flap_height', 'winding_number', 'inside_bag', 'film_gaps', 'sphere_film_gaps', 'measure',
+           'phase_table', 'default_device', 'check_writable', 'write_text_atomic', 'parse_args', 'main']
 
 # %% ../nbs/06_bag_scenario.ipynb #2ad4358f
 DT = 1.0 / 240.0
@@ -263,6 +271,30 @@ class Choreographer:
         return Controls(idx.astype(np.int32), tg, k, pairs, lengths, self.gravity_on.copy(), self.tolerance)
 
 # %% ../nbs/06_bag_scenario.ipynb #27e96117
+class BadInput(ValueError):
+    "Input that cannot be used — an argument, an output path, a saved run — with a message naming it; `newtonipc-bag` exits 2 on it."
+
+class TrajectoryWriteError(OSError):
+    "A trajectory or table could not be written; the message names the path and the reason."
+
+class Terminated(BaseException):
+    "Raised in the main thread on SIGTERM while `newtonipc-bag` runs: the run stops as on Ctrl-C (a `BaseException` like `KeyboardInterrupt`)."
+
+@contextmanager
+def _signals_held():
+    "Hold Ctrl-C and SIGTERM while a file is written and deliver them after it (main thread only): a save is never cut halfway."
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    old = {s: signal.getsignal(s) for s in sigs} if threading.current_thread() is threading.main_thread() else {}
+    if not old or any(h is None for h in old.values()):
+        yield; return
+    pending = []
+    for s in sigs: signal.signal(s, lambda n, f: pending.append(n))
+    try:
+        yield
+    finally:
+        for s in sigs: signal.signal(s, old[s])
+        if pending: signal.raise_signal(pending[0])
+
 @dataclass
 class Trajectory:
     "Recorded frames of a bag run and the per-step solver statistics."
@@ -278,30 +310,67 @@ class Trajectory:
     def record(self, t, x, film, spheres):
         self.time.append(t); self.film.append(x[film].astype(np.float32)); self.spheres.append(x[spheres].astype(np.float32))
 
+    def trim(self):
+        "Drop a frame left half-recorded (an interrupt between its appends): `time`, `film` and `spheres` the same length."
+        n = min(len(self.time), len(self.film), len(self.spheres))
+        del self.time[n:], self.film[n:], self.spheres[n:]
+
     def save(self, path):
-        "Write the trajectory atomically to `path` (.npz)."
+        "Write the trajectory atomically to `path` (.npz): a temporary file beside it renamed over it, with Ctrl-C and SIGTERM held meanwhile; on failure the temporary file is removed and `TrajectoryWriteError` names `path`."
         path = Path(path); tmp = path.with_name(path.name + ".tmp.npz")
         stats = pd.DataFrame(self.steps)
         steps = {f"step_{c}": (stats[c].to_numpy(dtype=float) if pd.api.types.is_numeric_dtype(stats[c]) else stats[c].astype(str).to_numpy(dtype=str))
                  for c in stats.columns}
-        np.savez_compressed(tmp, film=np.asarray(self.film, np.float32), spheres=np.asarray(self.spheres, np.float32), faces=self.faces,
-                            time=np.asarray(self.time), stopped=np.asarray(self.stopped), wall_time=np.asarray(self.wall_time),
-                            resumed=np.asarray(self.resumed), **steps)
-        os.replace(tmp, path)
+        try:
+            with _signals_held():
+                np.savez_compressed(tmp, film=np.asarray(self.film, np.float32), spheres=np.asarray(self.spheres, np.float32), faces=self.faces,
+                                    time=np.asarray(self.time), stopped=np.asarray(self.stopped), wall_time=np.asarray(self.wall_time),
+                                    resumed=np.asarray(self.resumed), **steps)
+                os.replace(tmp, path)
+        except BaseException as e:
+            with suppress(OSError): tmp.unlink(missing_ok=True)
+            if isinstance(e, OSError) and not isinstance(e, TrajectoryWriteError):
+                raise TrajectoryWriteError(f"could not write {path}: {e.strerror or e}") from e
+            raise
 
 def load_trajectory(path) -> dict:
     "A saved bag trajectory as a dict of arrays (`film`, `spheres`, `faces`, `time`, `step_*`, `stopped`)."
     with np.load(path, allow_pickle=False) as f:
         return {k: f[k] for k in f.files}
 
+def read_trajectory(path) -> dict:
+    "`load_trajectory` for a file given by a user: `BadInput` naming the file unless it is a readable .npz with `film` (n, 481, 3), `spheres` (n, 7, 3), `faces` (928, 3) and `time` (n,), every value finite."
+    path = Path(path)
+    if not path.exists(): raise BadInput(f"{path}: no such file")
+    if not path.is_file(): raise BadInput(f"{path}: not a regular file")
+    if path.stat().st_size == 0: raise BadInput(f"{path}: empty file, not a saved trajectory")
+    try: data = load_trajectory(path)
+    except Exception as e: raise BadInput(f"{path}: not a readable .npz trajectory (truncated or another format: {type(e).__name__}: {e})") from e
+    missing = [k for k in ("film", "spheres", "faces", "time") if k not in data]
+    if missing: raise BadInput(f"{path}: not a bag trajectory, it has no {', '.join(missing)} array")
+    v, f = bag_mesh()
+    n = len(data["time"]) if data["time"].ndim == 1 else -1
+    for key, shape in (("time", (n,)), ("film", (n, len(v), 3)), ("spheres", (n, len(SPHERE_RADII), 3)), ("faces", f.shape)):
+        if data[key].shape != shape or n < 1:
+            raise BadInput(f"{path}: {key} has shape {data[key].shape}, this scene needs {shape if n >= 1 else '(frames ≥ 1,)'}")
+    bad = np.flatnonzero(~(np.isfinite(data["film"]).all((1, 2)) & np.isfinite(data["spheres"]).all((1, 2)) & np.isfinite(data["time"])))
+    if len(bad): raise BadInput(f"{path}: {len(bad)} of {n} frames hold NaN or infinite values (the first is frame {bad[0]})")
+    return data
+
+def resume_frame(data: dict, at: float | None = None) -> int:
+    "Index of the frame of the saved run `data` at time `at` (default its last) to resume from; `BadInput` unless it is stored, after t = 0, with every step before it."
+    t = np.asarray(data["time"]); at = float(t[-1]) if at is None else at
+    k = int(np.argmin(np.abs(t - at)))
+    if abs(t[k] - at) > 0.5 * DT: raise BadInput(f"the saved run has no frame at t = {at:.4f} s (it ends at {t[-1]:.4f} s)")
+    if k == 0 or not np.allclose(t[:k + 1], np.arange(k + 1) * DT, atol=1e-9):
+        raise BadInput("resuming needs every step stored from t = 0 up to the frame (a run made with every=1) and a frame after t = 0")
+    return k
+
 def resume_run(scene: BagScene, ch: Choreographer, data: dict, at: float) -> tuple[Trajectory, int]:
     "Put `scene` and `ch` where the saved run `data` was at time `at`; returns the trajectory so far and the step count there."
-    t = np.asarray(data["time"]); k = int(np.argmin(np.abs(t - at)))
-    if abs(t[k] - at) > 0.5 * DT: raise ValueError(f"the saved run has no frame at t = {at:.4f} s (it ends at {t[-1]:.4f} s)")
-    if k == 0 or not np.allclose(t[:k + 1], np.arange(k + 1) * DT, atol=1e-9):
-        raise ValueError("resuming needs every step stored from t = 0 up to the frame (a run made with every=1) and a frame after t = 0")
+    t = np.asarray(data["time"]); k = resume_frame(data, at)
     if data["film"].shape[1:] != (len(scene.film), 3) or data["spheres"].shape[1:] != (len(scene.spheres), 3):
-        raise ValueError(f"the saved run's film {data['film'].shape[1:]} / spheres {data['spheres'].shape[1:]} do not match this scene")
+        raise BadInput(f"the saved run's film {data['film'].shape[1:]} / spheres {data['spheres'].shape[1:]} do not match this scene")
     x = scene.positions()
     for j in range(k):                  # replay: each row starts from the positions it saw
         x[scene.film], x[scene.spheres] = data["film"][j], data["spheres"][j]
@@ -340,8 +409,10 @@ def apply_controls(scene: BagScene, c: Controls):
     scene.state.particle_f.assign(f)
 
 def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progress: bool = True, timeline=TIMELINE,
-            resume=None, resume_at: float | None = None, **solver_options) -> Trajectory:
-    "Run the bag scene to `until` seconds, from t = 0 or from a saved run (`resume`: path or dict, at `resume_at`, default its last frame); returns the `Trajectory` (also written to `out` if given)."
+            resume=None, resume_at: float | None = None, save_every: float = 5.0, on_save=None, **solver_options) -> Trajectory:
+    """Run the bag scene to `until` seconds, from t = 0 or from a saved run (`resume`: path or dict, at `resume_at`, default its last frame); returns the `Trajectory`.
+    With `out`, the trajectory is written there every `save_every` seconds of wall time and when the run stops for any reason
+    (`on_save(traj, out)` is called after each write); a write that fails stops the run with `TrajectoryWriteError`."""
     from tqdm.auto import tqdm
     scene = BagScene.build(device, **solver_options)
     ch = Choreographer(timeline)
@@ -349,15 +420,23 @@ def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progr
         traj, k0 = Trajectory(faces=scene.solver.ipc.tri.numpy()[:928].copy()), 0
         traj.record(0.0, scene.positions(), scene.film, scene.spheres)
     else:
-        data = resume if isinstance(resume, dict) else load_trajectory(resume)
+        data = resume if isinstance(resume, dict) else read_trajectory(resume)
         at = float(data["time"][-1]) if resume_at is None else resume_at
         traj, k0 = resume_run(scene, ch, data, at)
         earlier = str(data.get("resumed", ""))       # a resumed run of a resumed run keeps the whole chain
         traj.resumed = (f"{earlier}; then " if earlier else "") + f"resumed at t = {traj.time[-1]:.4f} s" + ("" if isinstance(resume, dict) else f" from {resume}")
     n_steps = int(round(until / DT))
-    t_wall = time.perf_counter()
+    if n_steps <= k0: raise BadInput(f"nothing to run: the run resumed at t = {traj.time[-1]:.4f} s already reaches until = {until:.4f} s")
+    t_wall = time.perf_counter(); last_save = t_wall
+
+    def save():
+        traj.wall_time = time.perf_counter() - t_wall
+        with _signals_held():           # a signal during the write waits until `on_save` has heard of it too
+            traj.save(out)
+            if on_save is not None: on_save(traj, Path(out))
+
     bar = tqdm(total=n_steps, initial=k0, disable=not progress, unit="step", desc="bag")
-    subdiv = 0
+    subdiv, write_failed = 0, False
     try:
         for k in range(k0, n_steps):
             t = (k + 1) * DT
@@ -370,21 +449,26 @@ def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progr
             traj.steps.append({"t": t, **st.as_dict()})
             if (k + 1) % every == 0 or k + 1 == n_steps:
                 traj.record(t, scene.positions(), scene.film, scene.spheres)
-                if out is not None and len(traj.time) % 60 == 0:
-                    traj.wall_time = time.perf_counter() - t_wall; traj.save(out)
+            if out is not None and k + 1 < n_steps and time.perf_counter() - last_save >= save_every:
+                save(); last_save = time.perf_counter()
             bar.update(1)
             bar.set_postfix_str(f"t={t:.3f}s subdiv={subdiv} it={st.newton_iterations}")
         traj.stopped = f"completed at t = {n_steps * DT:.4f} s"
-    except KeyboardInterrupt:
-        traj.stopped = f"interrupted at t = {traj.time[-1]:.4f} s"
+    except (KeyboardInterrupt, Terminated) as e:
+        traj.trim()
+        traj.stopped = f"{'stopped by SIGTERM' if isinstance(e, Terminated) else 'interrupted (Ctrl-C)'} at t = {traj.time[-1]:.4f} s"
+        raise
+    except TrajectoryWriteError:
+        write_failed = True
         raise
     except Exception as e:
+        traj.trim()
         traj.stopped = f"failed after t = {traj.time[-1]:.4f} s: {type(e).__name__}: {e}"
         raise
     finally:
         bar.close()
         traj.wall_time = time.perf_counter() - t_wall
-        if out is not None: traj.save(out)
+        if out is not None and not write_failed: save()
     return traj
 
 # %% ../nbs/06_bag_scenario.ipynb #52664fc3
@@ -474,40 +558,171 @@ def phase_table(traj: dict, timeline=TIMELINE) -> pd.DataFrame:
                          "subdivisions": g["subdivisions"].sum()}).reset_index()
 
 # %% ../nbs/06_bag_scenario.ipynb #3bfffe58
+SCENE_END = 10.5            # s, the length of the bag scene; its choreography's last action is at 9.40 s
+EXIT_CODES = {0: "the run completed; the measurement table is printed and written beside the trajectory",
+              1: "the run failed (a solver error, a failed scenario check, a file that could not be written); what was computed is saved",
+              2: "bad input (an argument, --out, --resume); nothing was computed and no file was touched",
+              130: "Ctrl-C (SIGINT): what was computed is saved; continue it with --resume",
+              143: "SIGTERM (kill, timeout, a job scheduler): what was computed is saved; continue it with --resume"}
+
 def default_device() -> str:
     "CUDA when a CUDA device is present, else the CPU."
     return "cuda" if wp.is_cuda_available() else "cpu"
 
+def check_writable(path, what: str = "--out") -> Path:
+    "`BadInput` naming `path` unless a file can be written there: its directory exists and takes a new file (probed), and `path` is not a directory or a device."
+    path = Path(path); parent = path.parent
+    if not parent.exists(): raise BadInput(f"{what} {path}: the directory {parent} does not exist")
+    if not parent.is_dir(): raise BadInput(f"{what} {path}: {parent} is not a directory")
+    if path.exists() and not path.is_file(): raise BadInput(f"{what} {path}: exists and is not a regular file")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".probe")
+        try: os.write(fd, b"\0" * 4096); os.fsync(fd)
+        finally: os.close(fd); os.unlink(probe)
+    except OSError as e: raise BadInput(f"{what} {path}: cannot write in {parent} ({e.strerror or e})") from e
+    return path
+
+def _same_file(a, b) -> bool:
+    try: return os.path.samefile(a, b)
+    except OSError: return Path(a).resolve() == Path(b).resolve()
+
+def write_text_atomic(path: Path, text: str):
+    "Write `text` atomically to `path`; `TrajectoryWriteError` naming it on failure, no temporary file left."
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text); os.replace(tmp, path)
+    except OSError as e:
+        with suppress(OSError): tmp.unlink(missing_ok=True)
+        raise TrajectoryWriteError(f"could not write {path}: {e.strerror or e}") from e
+
+def _number(kind, low, low_open: bool, what: str):
+    "An argparse type: a finite `kind` ≥ `low` (> `low` when `low_open`), else an error giving the allowed range."
+    def parse(s):
+        try: x = kind(s)
+        except ValueError: raise argparse.ArgumentTypeError(f"{s!r} is not {what}") from None
+        if not math.isfinite(x) or x < low or (low_open and x == low):
+            raise argparse.ArgumentTypeError(f"{s} is out of range: give {what} {'>' if low_open else '≥'} {low:g}")
+        return x
+    return parse
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):           # one line, no usage block
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="newtonipc-bag", description="Run the garbage-bag scene of SPEC.md §5 with the IPC solver.")
-    p.add_argument("--until", type=float, default=10.5, help="simulated time to stop at, in seconds (default 10.5)")
-    p.add_argument("--out", default="bag_trajectory.npz", help="trajectory file to write (default bag_trajectory.npz)")
+    epilog = "exit codes:\n" + "\n".join(f"  {c:>3}  {w}" for c, w in EXIT_CODES.items())
+    p = _Parser(prog="newtonipc-bag", description="Run the garbage-bag scene with the IPC solver.", epilog=epilog,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--until", type=_number(float, DT, False, "a finite time in seconds"), default=SCENE_END, metavar="SECONDS",
+                   help=f"simulated time to stop at, ≥ 1/240 s (one step); default {SCENE_END}, the end of the scene — past it the bag rests with no supports")
+    p.add_argument("--out", default="bag_trajectory.npz", metavar="PATH.npz",
+                   help="trajectory file to write (default bag_trajectory.npz); the measurement table goes beside it as PATH.json")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="Warp device (default: cuda when present, else cpu)")
-    p.add_argument("--every", type=int, default=1, help="store every N-th step (default 1)")
+    p.add_argument("--every", type=_number(int, 1, False, "a whole number"), default=1, metavar="N",
+                   help="store every N-th step, N ≥ 1 (default 1; only runs stored with 1 can be resumed)")
     p.add_argument("--resume", default=None, metavar="PATH.npz", help="continue a saved run (stored with --every 1) instead of starting at t = 0")
-    p.add_argument("--resume-at", type=float, default=None, metavar="SECONDS", help="the saved run's frame to continue from (default its last)")
-    return p.parse_args(argv)
+    p.add_argument("--resume-at", type=_number(float, 0.0, True, "a finite time in seconds"), default=None, metavar="SECONDS",
+                   help="with --resume: the saved run's frame to continue from, > 0 (default its last)")
+    p.add_argument("--save-every", type=_number(float, 0.0, False, "a finite time in seconds"), default=5.0, metavar="SECONDS",
+                   help="write the trajectory at least this often, in seconds of wall time (default 5; 0: after every step)")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an error")
+    args = p.parse_args(argv)
+    if args.resume_at is not None and args.resume is None: p.error("argument --resume-at: needs --resume")
+    return args
+
+def _check_inputs(args) -> Path:
+    "Everything `main` can check before the first step: `--out` writable and distinct from its table, a usable `--resume` file and frame."
+    out = Path(args.out); table = out.with_suffix(".json")
+    if table == out:
+        raise BadInput(f"--out {out}: the measurement table is written beside the trajectory as PATH.json, which would be {out} itself; give --out a .npz name")
+    check_writable(out, "--out")
+    if table.exists() and not table.is_file(): raise BadInput(f"--out {out}: the table's path {table} exists and is not a regular file")
+    if args.resume is not None:
+        try:
+            data = read_trajectory(args.resume)
+            k = resume_frame(data, args.resume_at)
+        except BadInput as e:
+            raise BadInput(f"--resume {e}" if str(e).startswith(str(args.resume)) else f"--resume {args.resume}: {e}") from e
+        t = data["time"]
+        if int(round(args.until / DT)) <= k:
+            raise BadInput(f"--until {args.until:g}: the run resumed from {args.resume} at t = {t[k]:.4f} s has nothing left to compute; give a later --until")
+        if _same_file(out, args.resume) and k < len(t) - 1:
+            raise BadInput(f"--out {out} is the file resumed from: continuing it from t = {t[k]:.4f} s would drop its frames up to "
+                           f"t = {t[-1]:.4f} s; give another --out (writing over it is allowed only from its last frame)")
+    return out
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
 
 def main(argv=None) -> int:
-    "Entry point of `newtonipc-bag`."
+    "Entry point of `newtonipc-bag`; returns the exit code (`EXIT_CODES`)."
     args = parse_args(argv)
-    device = args.device or default_device()
-    wp.config.quiet = True
-    out = Path(args.out)
-    print(f"newtonipc-bag: {args.until:.2f} s of the bag scene on {device}, every {args.every} step(s) stored in {out}", flush=True)
-    code = 0
+    say = lambda msg: print(f"newtonipc-bag: {msg}", file=sys.stderr, flush=True)
+    in_main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
+    out = None
     try:
-        run_bag(args.until, every=args.every, device=device, out=out, resume=args.resume, resume_at=args.resume_at)
-    except KeyboardInterrupt:
-        code = 130
-    except Exception as e:
-        code = 1
-        print(f"newtonipc-bag: the run stopped with an error: {type(e).__name__}: {e}", file=sys.stderr)
+        out = _check_inputs(args)
+        return _run(args, out, say)
+    except BadInput as e:
+        say(str(e))
+        if args.debug: traceback.print_exc()
+        return 2
+    except (KeyboardInterrupt, Terminated) as e:
+        say(f"{'stopped by SIGTERM' if isinstance(e, Terminated) else 'interrupted'} " +
+            (f"after the run; the trajectory is in {out}" if out is not None else "while checking the input; nothing was written"))
+        return 143 if isinstance(e, Terminated) else 130
+    finally:
+        if in_main: signal.signal(signal.SIGTERM, old)
+
+def _run(args, out: Path, say) -> int:
+    wp.config.quiet = True
+    device = args.device or default_device()
+    table = out.with_suffix(".json")
+    print(f"newtonipc-bag: {args.until:.2f} s of the bag scene on {device}, every {args.every} step(s) stored in {out}", flush=True)
+    if args.until > SCENE_END + 1e-9:
+        print(f"newtonipc-bag: note: the scene ends at {SCENE_END:.2f} s (every support released at 9.40 s); from there to "
+              f"{args.until:.2f} s the bag rests on the floor with no supports", flush=True)
+    saved = []
+    def on_save(traj, path):
+        if not saved:                   # the table beside described the file this run has just replaced
+            with suppress(OSError): table.unlink(missing_ok=True)
+        saved.append((len(traj.time), float(traj.time[-1]), traj.stopped))
+    code, error = 0, None
+    try:
+        run_bag(args.until, every=args.every, device=device, out=out, resume=args.resume, resume_at=args.resume_at,
+                save_every=args.save_every, on_save=on_save)
+    except KeyboardInterrupt: code = 130
+    except Terminated: code = 143
+    except Exception as e: code, error = 1, e
+    n, t_last, stopped = saved[-1] if saved else (0, 0.0, "")
+    if isinstance(error, TrajectoryWriteError):
+        say(f"{error}; " + (f"{out} holds this run's last good write: {n} frames, up to t = {t_last:.4f} s" if saved else
+                            f"this run wrote nothing there (a file already there is from before)"))
+    elif error is not None:
+        say(f"the run stopped with an error: {type(error).__name__}: {error}")
+    if error is not None and args.debug: traceback.print_exception(error)
+    if not saved:
+        if code and not isinstance(error, TrajectoryWriteError): say(f"nothing was written to {out}: the run stopped before its first step")
+        return code
+    if code in (130, 143):
+        if args.every == 1 and n > 1:
+            cont = f"newtonipc-bag --resume {shlex.quote(str(out))} --out {shlex.quote(str(out))} --until {args.until:g}" + (f" --device {args.device}" if args.device else "")
+            say(f"{stopped}: {n} frames saved in {out}; continue with: {cont}")
+        else:
+            say(f"{stopped}: {n} frames saved in {out}; " + (f"it cannot be resumed (stored with --every {args.every})" if n > 1 else "no step finished, nothing to resume"))
+        return code
+    if isinstance(error, TrajectoryWriteError): return code
     data = load_trajectory(out)
     print(f"stopped: {data['stopped']}  ({len(data['time'])} frames in {out})", flush=True)
     if len(data["time"]) > 1:
-        table = measure(data, device=device)
-        print(table.to_string(index=False))
-        out.with_suffix(".json").write_text(json.dumps({"stopped": str(data["stopped"]), "frames": int(len(data["time"])),
-                                                        "measurements": table.to_dict(orient="records")}, indent=2))
+        try:
+            m = measure(data, device=device)
+            print(m.to_string(index=False), flush=True)
+            write_text_atomic(table, json.dumps({"stopped": str(data["stopped"]), "frames": int(len(data["time"])),
+                                           "measurements": m.to_dict(orient="records")}, indent=2))
+        except Exception as e:
+            say(str(e) if isinstance(e, TrajectoryWriteError) else f"measuring {out} failed: {type(e).__name__}: {e}")
+            if args.debug: traceback.print_exception(e)
+            return 1
     return code

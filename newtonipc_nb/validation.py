@@ -603,18 +603,38 @@ def run_validation(full: bool = False, *, bag_out=None) -> list[Check]:
     return checks
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="newtonipc-validate", description="Run every verification check of SPEC.md §6 and print one table.")
+    from newtonipc_nb.bag import _number
+    epilog = ("exit codes:\n    0  every check passed (skipped checks are not failures)\n    1  a check failed, or the report could not be written\n"
+              "    2  bad input: an argument, or an output path that cannot be written (checked before any check runs)")
+    p = argparse.ArgumentParser(prog="newtonipc-validate", description="Run every verification check of SPEC.md §6 and print one table.",
+                                epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--report", default=None, help="also write the table to this JSON file")
     p.add_argument("--full", action="store_true", help="include the full 10.5 s bag run (hours on a CPU)")
     p.add_argument("--bag-out", default="validation_bag.npz", help="trajectory file of the full bag run (default validation_bag.npz)")
-    p.add_argument("--vbd", type=float, default=0.0, metavar="SECONDS", help="also run the IPC vs Newton VBD side-by-side for SECONDS of scene time (SPEC.md §7)")
+    p.add_argument("--vbd", type=_number(float, 0.0, False, "a finite time in seconds"), default=0.0, metavar="SECONDS", help="also run the IPC vs Newton VBD side-by-side for SECONDS of scene time (SPEC.md §7)")
     p.add_argument("--vbd-out", default="validation_vbd.npz", help="with --vbd: both trajectories to this file (default validation_vbd.npz)")
     p.add_argument("--vbd-ipc", default=None, metavar="PATH.npz", help="with --vbd: take the IPC side from this saved newtonipc-bag run (from t = 0) instead of running it")
     return p.parse_args(argv)
 
+def _check_outputs(args):
+    "Every file `main` will write, checked before the first check runs: `BadInput` naming the path."
+    from newtonipc_nb.bag import check_writable, read_trajectory
+    if args.report: check_writable(args.report, "--report")
+    if args.full: check_writable(args.bag_out, "--bag-out")
+    if args.vbd > 0:
+        check_writable(args.vbd_out, "--vbd-out")
+        if args.vbd_ipc: read_trajectory(args.vbd_ipc)
+
 def main(argv=None) -> int:
-    "Entry point of `newtonipc-validate`: 0 when every check passes (skipped checks are not failures), 1 otherwise."
+    "Entry point of `newtonipc-validate`: 0 when every check passes (skipped checks are not failures), 1 otherwise, 2 when an output cannot be written (one line, before any check)."
+    import sys
+    from newtonipc_nb.bag import BadInput, TrajectoryWriteError, write_text_atomic
     args = parse_args(argv)
+    try:
+        _check_outputs(args)
+    except BadInput as e:
+        print(f"newtonipc-validate: {e}", file=sys.stderr)
+        return 2
     wp.config.quiet = True
     checks = run_validation(args.full, bag_out=args.bag_out)
     table = checks_table(checks)
@@ -631,5 +651,9 @@ def main(argv=None) -> int:
         report["vbd_side_by_side"] = sbs.to_dict(orient="records")
         report["vbd_trajectories"] = str(args.vbd_out)
     if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=2, ensure_ascii=False))
+        try:
+            write_text_atomic(Path(args.report), json.dumps(report, indent=2, ensure_ascii=False))
+        except TrajectoryWriteError as e:
+            print(f"newtonipc-validate: {e}", file=sys.stderr)
+            return 1
     return 1 if failed else 0

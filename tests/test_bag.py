@@ -68,3 +68,218 @@ def test_resume_continues_a_saved_run(tmp_path):
     run_bag(4 * DT, out=tmp_path / "every2.npz", progress=False, every=2)
     with pytest.raises(ValueError, match="every step stored"):
         run_bag(6 * DT, progress=False, resume=tmp_path / "every2.npz")
+
+
+# --- `newtonipc-bag` never loses a finished run: the console script in subprocesses -------------------------------------
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import newtonipc_nb.bag as bag
+
+BAG = Path(sys.executable).with_name("newtonipc-bag")
+
+
+def bag_cli(*args, timeout=600):
+    return subprocess.run([str(BAG), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def one_line(r, code, *says):
+    "The run exited `code` with a single stderr line, no traceback, containing every `says`; that line."
+    assert r.returncode == code, (r.returncode, r.stderr[-2000:])
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    for s in says: assert s in lines[0], (s, lines[0])
+    return lines[0]
+
+
+def fake_run(path, frames=5, **over):
+    "A file shaped like a saved run (the rest shape at every stored step): enough for the checks made before the first step."
+    v, f = bag_mesh()
+    d = dict(film=np.repeat(v[None].astype(np.float32), frames, 0), spheres=np.zeros((frames, 7, 3), np.float32), faces=f,
+             time=np.arange(frames) * DT, stopped=np.asarray("interrupted"))
+    d.update(over)
+    np.savez_compressed(path, **{k: x for k, x in d.items() if x is not None})
+    return path
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--until", "nan"], "≥ 0.00416667"), (["--until", "-1"], "≥ 0.00416667"), (["--until", "0"], "≥ 0.00416667"),
+    (["--until", "inf"], "≥ 0.00416667"), (["--until", "ten"], "not a finite time"), (["--every", "0"], "whole number ≥ 1"),
+    (["--every", "-3"], "whole number ≥ 1"), (["--resume", "x.npz", "--resume-at", "nan"], "finite time in seconds > 0"),
+    (["--resume-at", "0.1"], "needs --resume"), (["--save-every", "-1"], "≥ 0")])
+def test_cli_argument_ranges(argv, says, tmp_path):
+    r = bag_cli(*argv, "--out", tmp_path / "x.npz")
+    one_line(r, 2, "newtonipc-bag: error:", says)
+    assert r.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_cli_refuses_out_that_is_its_own_table(tmp_path):
+    out = tmp_path / "traj.json"
+    out.write_text("an older file")
+    one_line(bag_cli("--out", out, "--until", DT), 2, str(out), ".npz name")
+    assert out.read_text() == "an older file" and sorted(p.name for p in tmp_path.iterdir()) == ["traj.json"]
+
+
+@pytest.mark.parametrize("where, says", [("missing/x.npz", "does not exist"), ("/dev/full/x.npz", "is not a directory"),
+                                         ("adir", "not a regular file"), ("/dev/null", "not a regular file")])
+def test_cli_checks_out_before_the_first_step(where, says, tmp_path):
+    (tmp_path / "adir").mkdir()
+    out = where if where.startswith("/") else tmp_path / where
+    r = bag_cli("--out", out, "--until", DT, "--device", "cpu")
+    one_line(r, 2, f"--out {out}", says)
+    assert "stored in" not in r.stdout, "nothing was computed"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
+def test_cli_checks_out_is_writable(tmp_path):
+    ro = tmp_path / "ro"; ro.mkdir(); ro.chmod(0o555)
+    try: one_line(bag_cli("--out", ro / "x.npz", "--until", DT), 2, "cannot write in", "Permission denied")
+    finally: ro.chmod(0o755)
+
+
+def _truncated(path):
+    fake_run(path); path.write_bytes(path.read_bytes()[:2000]); return path
+
+@pytest.mark.parametrize("make, says", [
+    (lambda p: p, "no such file"),
+    (lambda p: (p.write_bytes(b""), p)[1], "empty file"),
+    (_truncated, "not a readable .npz"),
+    (lambda p: (p.write_text("film,spheres\n1,2\n"), p)[1], "not a readable .npz"),
+    (lambda p: fake_run(p, film=None), "it has no film array"),
+    (lambda p: fake_run(p, positions=np.zeros(3), time=None), "it has no time array"),
+    (lambda p: fake_run(p, film=np.zeros((5, 400, 3), np.float32)), "film has shape (5, 400, 3), this scene needs (5, 481, 3)"),
+    (lambda p: fake_run(p, spheres=np.zeros((4, 7, 3), np.float32)), "spheres has shape (4, 7, 3)"),
+    (lambda p: fake_run(p, film=np.full((5, 481, 3), np.nan, np.float32)), "5 of 5 frames hold NaN"),
+    (lambda p: fake_run(p, time=np.r_[0.0, 1.0, 2.0, 3.0, np.nan]), "1 of 5 frames hold NaN or infinite values (the first is frame 4)"),
+    (lambda p: fake_run(p, time=np.arange(5) * 2 * DT), "every step stored"),
+    (lambda p: fake_run(p, frames=1), "a frame after t = 0"),
+])
+def test_cli_refuses_unusable_resume_files(make, says, tmp_path):
+    f = make(tmp_path / "saved.npz")
+    r = bag_cli("--resume", f, "--out", tmp_path / "new.npz", "--until", 0.1)
+    one_line(r, 2, f"--resume {f}", says)
+    assert not (tmp_path / "new.npz").exists()
+
+
+def test_cli_resume_rules(tmp_path):
+    f = fake_run(tmp_path / "saved.npz", frames=6)
+    before = f.read_bytes()
+    one_line(bag_cli("--resume", f, "--resume-at", 2 * DT, "--out", f, "--until", 0.1), 2,
+             "is the file resumed from", "would drop its frames up to t = 0.0208 s", "give another --out")
+    one_line(bag_cli("--resume", f, "--resume-at", 1.0, "--out", tmp_path / "b.npz"), 2, "no frame at t = 1.0000 s")
+    one_line(bag_cli("--resume", f, "--out", tmp_path / "b.npz", "--until", 3 * DT), 2, "nothing left to compute")
+    assert f.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["saved.npz"]
+
+
+def _wait_for_frames(p, path, n, timeout=300):
+    "Wait until the running command `p` has saved at least `n` frames in `path` (its writes are atomic: a file there is whole)."
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        assert p.poll() is None, f"newtonipc-bag exited {p.returncode} before {n} frames were saved"
+        if path.exists() and len(load_trajectory(path)["time"]) >= n: return
+        time.sleep(0.05)
+    raise AssertionError(f"no {n} frames in {path} after {timeout} s")
+
+
+def _interrupt(tmp_path, sig, out):
+    "Start the whole scene, send `sig` once 3 frames are saved; the exit code, the last stderr line and the saved trajectory."
+    err = tmp_path / f"stderr-{sig}.txt"
+    with open(err, "w") as e:
+        p = subprocess.Popen([str(BAG), "--until", "10.5", "--out", str(out), "--device", "cpu", "--save-every", "0"],
+                             stdout=subprocess.DEVNULL, stderr=e)
+        try:
+            _wait_for_frames(p, out, 3)
+            p.send_signal(sig)
+            rc = p.wait(120)
+        finally:
+            if p.poll() is None: p.kill()
+    text = err.read_text()
+    assert "Traceback" not in text, text[-2000:]
+    return rc, text.strip().splitlines()[-1], load_trajectory(out)
+
+
+def test_sigterm_saves_the_run_and_resume_finishes_it_exactly(tmp_path):
+    out = tmp_path / "run.npz"
+    (tmp_path / "run.json").write_text("the table of an older run")
+    rc, last, d = _interrupt(tmp_path, signal.SIGTERM, out)
+    m = len(d["time"])
+    assert rc == 143 and str(d["stopped"]).startswith("stopped by SIGTERM at t = ") and m >= 3
+    assert f"{m} frames saved in {out}; continue with: newtonipc-bag --resume {out} --out {out} --until 10.5 --device cpu" in last
+    assert not (tmp_path / "run.json").exists(), "the table of the file replaced is gone"
+    assert not list(tmp_path.glob("*.tmp*"))
+    n = m - 1 + 3                                           # three steps more than were saved
+    r = bag_cli("--resume", out, "--out", out, "--until", n * DT, "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = load_trajectory(out)
+    assert len(d["time"]) == n + 1 and len(d["step_t"]) == n and str(d["stopped"]).startswith("completed")
+    assert str(d["resumed"]).startswith(f"resumed at t = {(m - 1) * DT:.4f} s from {out}")
+    assert json.loads((tmp_path / "run.json").read_text())["frames"] == n + 1
+    ref = run_bag(n * DT, progress=False, device="cpu")
+    assert np.abs(d["film"].astype(np.float64) - np.asarray(ref.film)).max() <= 1e-9
+    assert np.abs(d["spheres"].astype(np.float64) - np.asarray(ref.spheres)).max() <= 1e-9
+
+
+def test_ctrl_c_saves_the_run_with_the_resume_hint(tmp_path):
+    out = tmp_path / "run.npz"
+    rc, last, d = _interrupt(tmp_path, signal.SIGINT, out)
+    assert rc == 130 and str(d["stopped"]).startswith("interrupted (Ctrl-C) at t = ")
+    assert f"continue with: newtonipc-bag --resume {out} --out {out}" in last and not list(tmp_path.glob("*.tmp*"))
+
+
+def _without_bar(err):
+    "An in-process run's stderr without its progress bar, as a finished command with exit code 1."
+    return subprocess.CompletedProcess([], 1, "", "\n".join(l for l in err.splitlines() if not l.startswith("bag:")))
+
+
+def test_disk_full_cleans_up_and_names_the_path(tmp_path, monkeypatch, capsys):
+    """A full disk on the first write: no temporary file, the path named, the older file at --out untouched and not
+    reported; on a later write: the file holds this run's last good write, and says so."""
+    write = np.savez_compressed
+    calls = []
+    def full_disk_after(n):
+        def savez(f, **arrays):
+            calls.append(f)
+            if len(calls) <= n: return write(f, **arrays)
+            Path(f).write_bytes(b"PK\x03\x04 half a file")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+        return savez
+    out = tmp_path / "run.npz"
+    fake_run(out, stopped=np.asarray("an older run"))
+    before = out.read_bytes()
+    monkeypatch.setattr(bag.np, "savez_compressed", full_disk_after(0))
+    assert main(["--until", str(2 * DT), "--out", str(out), "--device", "cpu", "--save-every", "0"]) == 1
+    cap = capsys.readouterr()
+    line = one_line(_without_bar(cap.err), 1, f"could not write {out}: No space left on device",
+                    "this run wrote nothing there")
+    assert "stopped:" not in cap.out and "an older run" not in cap.out + line
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["run.npz"]
+
+    calls.clear()
+    monkeypatch.setattr(bag.np, "savez_compressed", full_disk_after(1))
+    assert main(["--until", str(3 * DT), "--out", str(out), "--device", "cpu", "--save-every", "0"]) == 1
+    cap = capsys.readouterr()
+    one_line(_without_bar(cap.err), 1, f"could not write {out}: No space left on device",
+             "holds this run's last good write: 2 frames, up to t = 0.0042 s")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.npz"]
+    assert len(load_trajectory(out)["time"]) == 2
+
+
+def test_until_past_the_scene_says_what_happens(monkeypatch, tmp_path, capsys):
+    def stop(*a, **k): raise KeyboardInterrupt
+    monkeypatch.setattr(bag, "run_bag", stop)
+    assert main(["--until", "12", "--out", str(tmp_path / "x.npz"), "--device", "cpu"]) == 130
+    cap = capsys.readouterr()
+    assert "the scene ends at 10.50 s (every support released at 9.40 s); from there to 12.00 s the bag rests on the floor with no supports" in cap.out
+    assert "nothing was written" in cap.err
+
+
+def test_save_every_writes_during_the_run(tmp_path):
+    "With save_every=0 the file is written after every step (and at the end): each write sees one more frame."
+    seen = []
+    run_bag(3 * DT, out=tmp_path / "r.npz", progress=False, save_every=0, on_save=lambda tr, p: seen.append(len(tr.time)))
+    assert seen == [2, 3, 4] and not list(tmp_path.glob("*.tmp*"))

@@ -157,3 +157,17 @@ def test_side_by_side_takes_a_saved_ipc_run(tmp_path):
     run_bag(6 * DT, out=tmp_path / "resumed.npz", progress=False, resume=out, resume_at=3 * DT)
     with pytest.raises(ValueError, match="resumed"):
         saved_ipc_run(tmp_path / "resumed.npz", 4 * DT)
+
+
+@pytest.mark.parametrize("argv, flag", [(["--report", "{d}/missing/r.json"], "--report"), (["--report", "/dev/full/r.json"], "--report"),
+                                        (["--full", "--bag-out", "{d}/missing/b.npz"], "--bag-out"),
+                                        (["--vbd", "0.1", "--vbd-out", "{d}/missing/v.npz"], "--vbd-out")])
+def test_outputs_are_checked_before_any_check_runs(argv, flag, tmp_path):
+    "An output that cannot be written is one line and exit 2 before the first check (not a traceback after all of them)."
+    from pathlib import Path
+    exe = Path(sys.executable).with_name("newtonipc-validate")
+    r = subprocess.run([str(exe), *(a.format(d=tmp_path) for a in argv)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"newtonipc-validate: {flag} ") and "Traceback" not in r.stderr
+    assert "checks:" not in r.stdout, "no check ran"
