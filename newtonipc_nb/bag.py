@@ -323,7 +323,8 @@ class Trajectory:
                  for c in stats.columns}
         try:
             with _signals_held():
-                np.savez_compressed(tmp, film=np.asarray(self.film, np.float32), spheres=np.asarray(self.spheres, np.float32), faces=self.faces,
+                # uncompressed: positions barely compress (13 vs 15 MB for the full run) and compression takes 20× longer
+                np.savez(tmp, film=np.asarray(self.film, np.float32), spheres=np.asarray(self.spheres, np.float32), faces=self.faces,
                                     time=np.asarray(self.time), stopped=np.asarray(self.stopped), wall_time=np.asarray(self.wall_time),
                                     resumed=np.asarray(self.resumed), **steps)
                 os.replace(tmp, path)
