@@ -64,7 +64,8 @@ class StepStats:
 @dataclass
 class IterationInfo:
     """What an `observer` receives after each Newton iteration. `system` holds the assembled, equilibrated system
-    (gradient, D H D, D) and `dx` the direction; both are reused by the next iteration, so copy what you keep."""
+    (gradient, D H D, D) and `dx` the direction; both are reused by the next iteration, so copy what you keep.
+    `alpha` is the step taken (0: none, the iteration only confirmed convergence) and `energy` Φ after it."""
     dt: float
     iteration: int
     system: NewtonSystem
@@ -103,13 +104,14 @@ def _min_toi(b: wp.array(dtype=wp.vec2d), out: wp.array(dtype=wp.float64)):
 def _min_bound(b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
     wp.atomic_min(out, 0, b[wp.tid()])
 
-# %% ../nbs/05_solver.ipynb #9c609980
+# %% ../nbs/05_solver.ipynb #9c609981
 def _option(name, value, kind, ok, rule):
     "Check one solver option: `kind` a type (or tuple), `ok` a predicate; raise ValueError naming the option and the rule."
     if isinstance(value, bool) or not isinstance(value, kind) or not ok(value):
         raise ValueError(f"SolverIPC: option {name} must be {rule}, got {value!r}")
     return value
 
+# %% ../nbs/05_solver.ipynb #9c609980
 class SolverIPC(newton.solvers.SolverBase):
     """Incremental Potential Contact for thin films with sphere contents.
 
@@ -187,6 +189,19 @@ class SolverIPC(newton.solvers.SolverBase):
 
 # %% ../nbs/05_solver.ipynb #bf039458
 @patch
+def _predict(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: float):
+    "Set the inertia term's targets y = x0 + dt v0 + dt² (g + f/m) and stiffnesses m/dt², and the drag about x0."
+    free, m = self._free, self._mass
+    y = x0 + dt * v0
+    y[free] += dt * dt * (self.ipc.gravity + f[free] / m[free, None])
+    self._inertia.set(free, y[free], m[free] / (dt * dt))
+    if self.options["drag"] > 0 and len(self._film):
+        self._drag.set(self._film, x0[self._film], self.options["drag"] * m[self._film] / dt)
+    else:
+        self._drag.clear()
+
+# %% ../nbs/05_solver.ipynb #08f5dceb
+@patch
 def _phi(self: SolverIPC, x: wp.array, near=None) -> float:
     "Φ(x): the sum of every term's energy (J), summed on the device and read once; +inf outside the admissible set. `near`: the barrier's candidates that can be active at x."
     self._phi_acc.zero_()
@@ -195,6 +210,7 @@ def _phi(self: SolverIPC, x: wp.array, near=None) -> float:
         else: t.add_energy(x, self._phi_acc)
     return float(self._phi_acc.numpy()[0])
 
+# %% ../nbs/05_solver.ipynb #6a005ea2
 @patch
 def _assemble(self: SolverIPC, x: wp.array) -> bool:
     "Gradient and Hessian blocks of every term at x into `self.system`, then D H D and −D∇Φ; returns whether the block pattern changed."
@@ -238,6 +254,7 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
         raise StepFailure("non-finite Newton direction")
     return slope, max_dx, max_move
 
+# %% ../nbs/05_solver.ipynb #bbde2f5e
 @patch
 def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
     "The largest α ≤ 1 keeping the gap of every candidate of `cs` positive along x → x + α Δx (minimum over the candidates, on the device)."
@@ -257,27 +274,7 @@ def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
     b = float(self._alpha.numpy()[0])
     return 1.0 if b > 1.0 else max(0.0, 0.9 * b)
 
-@patch
-def _closed_gap_message(self: SolverIPC, x: wp.array) -> str:
-    "Which candidate has the smallest gap at x, named by its primitives."
-    g = self.barrier.gaps(x); c = int(np.argmin(g))
-    p, k = self.search.contacts.pairs.numpy()[c], int(self.search.contacts.kind.numpy()[c])
-    what = {KIND_VT: f"vertex {p[0]} and triangle ({p[1]}, {p[2]}, {p[3]})", KIND_EE: f"edge ({p[0]}, {p[1]}) and edge ({p[2]}, {p[3]})",
-            KIND_SF: f"sphere particle {p[0]} and triangle ({p[1]}, {p[2]}, {p[3]})", KIND_SS: f"sphere particles {p[0]} and {p[1]}"}.get(k, f"candidate {p.tolist()}")
-    return f"the gap between {what} is {g[c]:.3e} m ≤ 0"
-
-@patch
-def _predict(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: float):
-    "Set the inertia term's targets y = x0 + dt v0 + dt² (g + f/m) and stiffnesses m/dt², and the drag about x0."
-    free, m = self._free, self._mass
-    y = x0 + dt * v0
-    y[free] += dt * dt * (self.ipc.gravity + f[free] / m[free, None])
-    self._inertia.set(free, y[free], m[free] / (dt * dt))
-    if self.options["drag"] > 0 and len(self._film):
-        self._drag.set(self._film, x0[self._film], self.options["drag"] * m[self._film] / dt)
-    else:
-        self._drag.clear()
-
+# %% ../nbs/05_solver.ipynb #66803756
 @patch
 def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, alpha: float, it: int, converged: bool, near, st: StepStats):
     "Armijo backtracking from the CCD bound α along self._dx into self._xt; returns (α, Φ(x + αΔx)), or None when a converged step is kept."
@@ -292,48 +289,61 @@ def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, alpha: 
     if converged: return None      # already within tolerance: keep x
     raise StepFailure(f"line search failed after {o['line_search_trials']} trials (iteration {it})")
 
+# %% ../nbs/05_solver.ipynb #88b3ea6c
 @patch
-def _newton(self: SolverIPC, dt: float, st: StepStats) -> wp.array:
-    "Minimise Φ from self._x; returns the minimiser (one of the solver's work arrays)."
-    o, dev = self.options, self.device
-    x, xt = self._x, self._xt
-    phi = self._phi(x)
-    st.energies.append(phi)
-    if not math.isfinite(phi):
-        raise SolverError("invalid start: the objective is not finite at the start positions (an inverted triangle?)")
-    for it in range(o["max_iterations"]):
-        slope, max_dx, max_move = self._direction(x, st)
-        st.newton_iterations += 1
-        # Convergence is judged from the second iteration on, and the last small direction is still taken: from rest,
-        # lagged friction is a stiff spring below the sliding speed, so the first direction can be tiny although the
-        # minimiser is far (a body on a slope steeper than atan μ would otherwise never start sliding).
-        # A zero direction (zero gradient) is a minimiser at any iteration.
-        if max_dx == 0.0: break
+def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float, st: StepStats) -> tuple[float, float, bool]:
+    "One Newton iteration from x: direction, step bound, line search into self._xt. Returns (α, Φ) of the step taken (α = 0: none) and whether to stop."
+    o = self.options
+    slope, max_dx, max_move = self._direction(x, st)
+    st.newton_iterations += 1
+    alpha, phi_t, done = 0.0, phi, True
+    # Convergence is judged from the second iteration on, and the last small direction is still taken: from rest,
+    # lagged friction is a stiff spring below the sliding speed, so the first direction can be tiny although the
+    # minimiser is far (a body on a slope steeper than atan μ would otherwise never start sliding).
+    # A zero direction (zero gradient) is a minimiser at any iteration.
+    if max_dx > 0.0:
         converged = it > 0 and max_dx < o["tolerance"]
-        wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), xt], device=dev)
+        wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=self.device)
         with _Timer(st.times, "candidates"):
-            self.search.update(x, xt)
+            self.search.update(x, self._xt)
             # only candidates whose gap can fall below d̂ on the way to x + Δx matter to the bound and the line search
             self._near = near = self.barrier.near(x, 2.0 * max_move * (1.0 + 1e-9) + 1e-12, self._near)
         with _Timer(st.times, "ccd"):
-            alpha = self._step_bound(near, x, self._dx)
+            bound = self._step_bound(near, x, self._dx)
         if not slope < 0:
-            if converged: break
-            raise StepFailure(f"Newton direction is not a descent direction (∇Φ·Δx = {slope:.3e})")
-        with _Timer(st.times, "line_search"):
-            found = self._line_search(x, phi, slope, alpha, it, converged, near, st)
-        if found is None: break
-        alpha, phi_t = found
-        st.alphas.append(alpha); st.energies.append(phi_t)
-        if self.observer is not None:
-            self.observer(IterationInfo(dt, it, self.system, self._dx, max_dx, slope, alpha, phi_t, dict(self.linear.stats)))
-        x, xt = xt, x
-        self._x, self._xt = x, xt
-        phi = phi_t
-        if converged: break
-    else:
-        raise StepFailure(f"Newton iteration limit ({o['max_iterations']}) reached")
-    return x
+            if not converged: raise StepFailure(f"Newton direction is not a descent direction (∇Φ·Δx = {slope:.3e})")
+        else:
+            with _Timer(st.times, "line_search"):
+                found = self._line_search(x, phi, slope, bound, it, converged, near, st)
+            if found is not None:
+                (alpha, phi_t), done = found, converged
+                st.alphas.append(alpha); st.energies.append(phi_t)
+    if self.observer is not None:
+        self.observer(IterationInfo(dt, it, self.system, self._dx, max_dx, slope, alpha, phi_t, dict(self.linear.stats)))
+    return alpha, phi_t, done
+
+@patch
+def _newton(self: SolverIPC, dt: float, st: StepStats) -> wp.array:
+    "Minimise Φ from self._x; returns the minimiser (one of the solver's two position arrays)."
+    phi = self._phi(self._x)
+    st.energies.append(phi)
+    if not math.isfinite(phi):
+        raise SolverError("invalid start: the objective is not finite at the start positions (an inverted triangle?)")
+    for it in range(self.options["max_iterations"]):
+        alpha, phi, done = self._iteration(self._x, phi, it, dt, st)
+        if alpha > 0: self._x, self._xt = self._xt, self._x
+        if done: return self._x
+    raise StepFailure(f"Newton iteration limit ({self.options['max_iterations']}) reached")
+
+# %% ../nbs/05_solver.ipynb #8c8b8bfe
+@patch
+def _closed_gap_message(self: SolverIPC, x: wp.array) -> str:
+    "Which candidate has the smallest gap at x, named by its primitives."
+    g = self.barrier.gaps(x); c = int(np.argmin(g))
+    p, k = self.search.contacts.pairs.numpy()[c], int(self.search.contacts.kind.numpy()[c])
+    what = {KIND_VT: f"vertex {p[0]} and triangle ({p[1]}, {p[2]}, {p[3]})", KIND_EE: f"edge ({p[0]}, {p[1]}) and edge ({p[2]}, {p[3]})",
+            KIND_SF: f"sphere particle {p[0]} and triangle ({p[1]}, {p[2]}, {p[3]})", KIND_SS: f"sphere particles {p[0]} and {p[1]}"}.get(k, f"candidate {p.tolist()}")
+    return f"the gap between {what} is {g[c]:.3e} m ≤ 0"
 
 @patch
 def _solve(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: float, st: StepStats):
@@ -361,6 +371,7 @@ def _solve(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: f
     v[self._fixed_mask] = 0.0
     return x32, v
 
+# %% ../nbs/05_solver.ipynb #087bfd02
 @patch
 def _advance(self: SolverIPC, x0, v0, f, dt, level, st: StepStats):
     "Take a step of `dt`, halving it recursively on failure."
