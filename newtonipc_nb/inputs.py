@@ -340,12 +340,21 @@ def floor_mesh(half: float = 0.30, z: float = 0.0) -> tuple[np.ndarray, np.ndarr
 
 # %% ../nbs/00_inputs.ipynb #d2e76b7b
 def add_mesh(builder, vertices, faces, *, density: float, mu: float = 0.0, lam: float = 0.0, edge_ke=0.0):
-    "Add a triangle mesh to a `newton.ModelBuilder` at its given coordinates; returns its first particle index."
-    start = builder.particle_count
+    """Add a triangle mesh to a `newton.ModelBuilder` at its given coordinates; returns its first particle index.
+    A zero-area face is refused (Newton would drop it with a warning, leaving its vertices outside every triangle)."""
+    v, f = np.asarray(vertices, dtype=np.float64), np.asarray(faces)
+    if f.ndim != 2 or f.shape[1:] != (3,) or (f.size and (f.min() < 0 or f.max() >= len(v))):
+        raise ModelError(f"add_mesh: faces must be (m, 3) indices into the {len(v)} vertices, got shape {f.shape}")
+    area = 0.5 * np.linalg.norm(np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]]), axis=1)
+    if f.size and not (area > 0).all():
+        i = _first_bad(~(area > 0)); raise ModelError(f"add_mesh: face {i} {f[i].tolist()} has zero area (vertices {v[f[i]].tolist()})")
+    start, tris = builder.particle_count, builder.tri_count
     builder.add_cloth_mesh(pos=wp.vec3(0.0, 0.0, 0.0), rot=wp.quat_identity(), scale=1.0, vel=wp.vec3(0.0, 0.0, 0.0),
                            vertices=[wp.vec3(*p) for p in np.asarray(vertices, dtype=np.float64)],
                            indices=np.asarray(faces, dtype=np.int32).ravel().tolist(), density=density,
                            tri_ke=mu, tri_ka=lam, tri_kd=0.0, edge_ke=edge_ke, edge_kd=0.0)
+    if builder.tri_count - tris != len(f):
+        raise ModelError(f"add_mesh: Newton kept {builder.tri_count - tris} of the {len(f)} faces (it drops inverted or degenerate ones)")
     return start
 
 def set_hinge_stiffness(builder, first_edge: int, D: float) -> np.ndarray:

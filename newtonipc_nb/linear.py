@@ -354,39 +354,6 @@ class PCGSolver(LinearSolver):
         if res > self.tol:
             raise LinearSolveError(f"PCG did not converge: true relative residual {res:.3e} > {self.tol:.0e} after {its} iterations")
 
-LINEAR_SOLVERS = dict(pardiso=PardisoSolver, cholespy=CholespySolver, dense=DenseSolver, pcg=PCGSolver)
-
-def make_linear_solver(spec="auto", device=None) -> LinearSolver:
-    "A `LinearSolver` from a name ('auto': pardiso on the CPU, cholespy on CUDA; 'cholesky' is cholespy) or the instance itself."
-    if isinstance(spec, LinearSolver): return spec
-    if not isinstance(spec, str): raise TypeError(f"linear_solver must be a name or a LinearSolver, got {type(spec).__name__}")
-    if spec == "auto": spec = "cholespy" if str(wp.get_device(device)).startswith("cuda") else "pardiso"
-    if spec == "cholesky": spec = "cholespy"
-    if spec not in LINEAR_SOLVERS: raise ValueError(f"linear_solver must be 'auto', one of {sorted(LINEAR_SOLVERS)} or 'cholesky', or a LinearSolver; got {spec!r}")
-    return LINEAR_SOLVERS[spec]()
-
-def _system_from_bsr(H: wps.BsrMatrix, rhs) -> NewtonSystem:
-    "A `NewtonSystem` holding a copy of the block matrix `H` (no fixed particles, D = 1) and right-hand side `rhs` (N, 3)."
-    n, d = H.nrow, str(H.device)
-    s = NewtonSystem(n, wp.zeros(n, dtype=wp.int32, device=d), device=d)
-    off = H.offsets.numpy(); nnz = int(off[-1])
-    rows = np.repeat(np.arange(n), np.diff(off)).astype(np.int64)
-    s._set_pattern(rows * n + H.columns.numpy()[:nnz])
-    blocks = HessianBlocks(rows=wp.array(rows.astype(np.int32), dtype=wp.int32, device=d), cols=wp.array(H.columns.numpy()[:nnz], dtype=wp.int32, device=d),
-                           vals=wp.array(H.values.numpy()[:nnz], dtype=wp.mat33d, device=d))
-    s.assemble(blocks, nnz)
-    s.rhs.assign(np.asarray(rhs, dtype=np.float64).reshape(n, 3))
-    return s
-
-def solve_linear(H: wps.BsrMatrix, rhs, method="auto") -> np.ndarray:
-    "Solve the SPD block system H z = rhs once (rhs of shape (N, 3)) with a linear solver (`method`: a name or a `LinearSolver`); returns z (N, 3)."
-    s = _system_from_bsr(H, rhs)
-    solver = make_linear_solver(method, device=s.device)
-    solver.prepare(s)
-    z = wp.zeros(s.n, dtype=wp.vec3d, device=s.device)
-    solver.solve(s, z)
-    return z.numpy()
-
 # %% ../nbs/04a_linear.ipynb #7e4a7ac3
 LINEAR_SOLVERS = dict(pardiso=PardisoSolver, cholespy=CholespySolver, dense=DenseSolver, pcg=PCGSolver)
 

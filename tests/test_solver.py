@@ -117,3 +117,83 @@ def test_cuda_matches_cpu_on_small_scenes(kind):
             solver.step(s0, s1, None, None, 1 / 240); s0, s1 = s1, s0
         out[device] = s0.particle_q.numpy().astype(np.float64)
     np.testing.assert_allclose(out["cuda:0"], out["cpu"], rtol=0, atol=2e-7)
+
+
+def run_bag_steps(device, steps):
+    from newtonipc_nb.bag import DT, BagScene, Choreographer, apply_controls
+    sc, ch = BagScene.build(device), Choreographer()
+    for k in range(steps):
+        apply_controls(sc, ch.controls((k + 1) * DT, sc.positions()))
+        sc.solver.step(sc.state, sc.scratch, None, None, DT); sc.state, sc.scratch = sc.scratch, sc.state
+    return sc.positions()
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu_on_the_bag():
+    """The first 24 bag steps (the fold over the rim, contact with the bin) on CUDA and on the CPU: positions within 2e-7 m."""
+    x_cpu, x_gpu = run_bag_steps("cpu", 24), run_bag_steps("cuda:0", 24)
+    assert np.abs(x_gpu - x_cpu).max() <= 2e-7, np.abs(x_gpu - x_cpu).max()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["cholespy", "pcg"])
+def test_cuda_linear_solvers_match_cpu(method):
+    model, s0 = hinge_scene("vt", device="cuda:0"); s1 = model.state()
+    solver = SolverIPC(model, linear_solver=method, tolerance=1e-9)
+    for _ in range(3):
+        solver.step(s0, s1, None, None, 1 / 240); s0, s1 = s1, s0
+    model_c, c0 = hinge_scene("vt", device="cpu"); c1 = model_c.state()
+    ref = SolverIPC(model_c, tolerance=1e-9)
+    for _ in range(3):
+        ref.step(c0, c1, None, None, 1 / 240); c0, c1 = c1, c0
+    np.testing.assert_allclose(s0.particle_q.numpy(), c0.particle_q.numpy(), rtol=0, atol=1e-9)
+
+
+def test_state_out_of_another_size_is_rejected_untouched():
+    model, s0 = hinge_scene("vt")
+    other_model, _ = sheet_on_sphere(4)
+    bigger = other_model.state()                                   # 16 + 4 + 1 particles vs the hinge scene's 7
+    before = bigger.particle_q.numpy().copy()
+    with pytest.raises(SolverError, match="state_out.particle_q must be a wp.vec3 array of 7 particles"):
+        SolverIPC(model).step(s0, bigger, None, None, 1 / 240)
+    np.testing.assert_array_equal(bigger.particle_q.numpy(), before)
+    b = newton.ModelBuilder(); b.add_particle(wp.vec3(0.0, 0.0, 0.0), wp.vec3(0.0, 0.0, 0.0), mass=1.0, radius=0.01)
+    smaller = b.finalize(device="cpu").state()
+    with pytest.raises(SolverError, match="state_out.particle_q"):
+        SolverIPC(model).step(s0, smaller, None, None, 1 / 240)
+
+
+def test_nothing_to_move_is_a_converged_step():
+    """A free particle at rest without gravity, and a model of fixed particles only: the zero gradient is convergence."""
+    for mass in (1.0, 0.0):
+        b = newton.ModelBuilder(gravity=(0.0, 0.0, 0.0)); b.add_particle(wp.vec3(0.0, 0.0, 0.1), wp.vec3(0.0, 0.0, 0.0), mass=mass, radius=0.01)
+        model = b.finalize(device="cpu"); s0, s1 = model.state(), model.state()
+        solver = SolverIPC(model); solver.step(s0, s1, None, None, 1 / 240)
+        np.testing.assert_array_equal(s1.particle_q.numpy(), s0.particle_q.numpy())
+        assert solver.last_stats.subdivisions == 0 and solver.last_stats.newton_iterations == 1
+
+
+@pytest.mark.parametrize("option, value", [("max_iterations", 0), ("line_search_trials", 0), ("max_subdivisions", -1),
+                                           ("tolerance", 0.0), ("dhat", float("nan")), ("kappa", -1.0), ("friction", -0.1),
+                                           ("min_gap", 2e-3), ("skin", float("inf")), ("membrane", "linear"), ("step_bound", "exact"),
+                                           ("linear_solver", "lu"), ("max_iterations", 2.5), ("observer", 3)])
+def test_bad_options_are_refused_at_construction(option, value):
+    model, _ = hinge_scene("vt")
+    with pytest.raises(ValueError, match=option):
+        SolverIPC(model, **{option: value})
+
+
+def test_closed_gap_names_the_primitives():
+    model, s0 = hinge_scene("vt")
+    q = s0.particle_q.numpy(); q[0, 2] = 1e-5                      # vertex a 10 µm above the fixed triangle: inside min_gap
+    s0.particle_q.assign(q)
+    with pytest.raises(SolverError, match=r"the gap between vertex 0 and triangle \(4, 5, 6\) is -2\.000e-05 m"):
+        SolverIPC(model).step(s0, model.state(), None, None, 1 / 240)
+
+
+def test_observer_sees_every_iteration():
+    model, s0 = hinge_scene("vt"); seen = []
+    solver = SolverIPC(model, observer=lambda info: seen.append((info.iteration, info.alpha, info.system.nnz)))
+    solver.step(s0, model.state(), None, None, 1 / 240)
+    assert [i for i, _, _ in seen] == list(range(solver.last_stats.newton_iterations))
+    assert all(0 <= a <= 1 for _, a, _ in seen) and all(n > 0 for _, _, n in seen)
