@@ -5,6 +5,7 @@
 # %% ../nbs/04a_linear.ipynb #e3503d96
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 
@@ -234,45 +235,99 @@ def _check_solution(x: np.ndarray, name: str):
 
 # %% ../nbs/04a_linear.ipynb #91c140dc
 class PardisoSolver(LinearSolver):
-    "Sparse LDLᵀ (Cholesky) by Intel MKL PARDISO (pypardiso) on the CPU: ordering and symbolic analysis once per pattern, numeric factorisation per iteration."
+    """Sparse Cholesky by Intel MKL PARDISO on the CPU (through pypardiso's MKL handle): ordering and symbolic analysis
+    once per pattern, numeric factorisation and solve per iteration. `threads` (default: MKL's, all cores) caps MKL's
+    threads; 1 keeps a solve from stalling on a core another process is using."""
     name = "pardiso"
-    def __init__(self):
+    def __init__(self, threads: int | None = None):
         super().__init__()
+        if threads is not None and not (isinstance(threads, int) and threads >= 1): raise ValueError(f"PardisoSolver: threads must be an integer ≥ 1, got {threads!r}")
         import pypardiso
-        self._pypardiso = pypardiso
-        self._ps = None
+        self._pypardiso, self.threads, self._ps = pypardiso, threads, None
 
     def analyse(self, system):
         if str(system.device) != "cpu": raise LinearSolveError("pardiso runs on the CPU only; use 'cholespy' or 'pcg' on CUDA")
         if self._ps is None:
-            self._ps = self._pypardiso.PyPardisoSolver(mtype=2)          # real symmetric positive definite
+            self._ps = self._pypardiso.PyPardisoSolver(mtype=2)          # real symmetric positive definite, upper CSR
             # pypardiso searches the whole environment for MKL (~0.3 s) unless told where it is: tell the next solvers
             os.environ.setdefault("PYPARDISO_MKL_RT", self._ps.libmkl._name)
+            self._ps.set_iparm(12, 0)
         else:
-            self._call(-1, np.zeros(3 * system.n))   # release the old pattern's factors
+            self._run(-1)                                   # release the old pattern's factors
         self.csr = ScalarCSR(system, upper=True)
-        self._A = None
-        self._call(11, np.zeros(3 * system.n))
+        self._n = 3 * system.n
+        self._ia, self._ja = self.csr.indptr + 1, self.csr.indices + 1          # PARDISO counts from 1
+        self._b, self._x = np.zeros(self._n), np.zeros(self._n)
+        self._run(11)
 
-    def _matrix(self):
-        import scipy.sparse as sp
-        return sp.csr_matrix((self.csr.data.numpy(), self.csr.indices, self.csr.indptr), shape=self.csr.shape, copy=False)
-
-    def _call(self, phase, b):
-        self._ps.set_phase(phase)
-        try:
-            return self._ps._call_pardiso(self._matrix(), b)      # pypardiso's public solve() would redo the analysis
-        except self._pypardiso.pardiso_wrapper.PyPardisoError as e:
-            raise LinearSolveError(f"pardiso phase {phase} failed: {e}") from e
+    def _run(self, phase: int, b: np.ndarray | None = None) -> np.ndarray:
+        "One call of MKL's `pardiso` with this pattern's arrays: 11 analyse, 22 factorise, 33 solve, −1 release."
+        ps, i32, f64 = self._ps, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_double)
+        if self.threads is not None: ps.libmkl.MKL_Set_Num_Threads_Local(ctypes.c_int(self.threads))
+        b = self._b if b is None else np.ascontiguousarray(b, dtype=np.float64)
+        data, err, one = self.csr.data.numpy(), ctypes.c_int32(0), ctypes.byref(ctypes.c_int32(1))
+        ps._mkl_pardiso(ps.pt.ctypes.data_as(ctypes.POINTER(ps._pt_type[0])), one, one, ctypes.byref(ctypes.c_int32(2)),
+                        ctypes.byref(ctypes.c_int32(phase)), ctypes.byref(ctypes.c_int32(self._n)), data.ctypes.data_as(f64),
+                        self._ia.ctypes.data_as(i32), self._ja.ctypes.data_as(i32), ps.perm.ctypes.data_as(i32), one,
+                        ps.iparm.ctypes.data_as(i32), ctypes.byref(ctypes.c_int32(0)), b.ctypes.data_as(f64), self._x.ctypes.data_as(f64),
+                        ctypes.byref(err))
+        if err.value != 0:
+            raise LinearSolveError(f"pardiso phase {phase} failed with error {err.value}" + (" (the matrix is not positive definite)" if err.value == -4 else ""))
+        return self._x
 
     def factorise(self, system):
         self.csr.refresh()
-        self._call(22, np.zeros(3 * system.n))
+        self._run(22)
 
     def solve(self, system, out):
-        x = self._call(33, system.rhs.numpy().reshape(-1))
+        x = self._run(33, system.rhs.numpy().reshape(-1))
         _check_solution(x, self.name); self.stats["solves"] += 1
         out.assign(x.reshape(-1, 3))
+
+class CholespySolver(LinearSolver):
+    "Sparse Cholesky by cholespy (CHOLMOD on the CPU, its own kernels on CUDA); it has no numeric-only refactorisation, so every factorisation redoes the analysis."
+    name = "cholespy"
+    def analyse(self, system):
+        self.csr = ScalarCSR(system, upper=False)
+        self._dev = "cuda" if system.device.startswith("cuda") else "cpu"
+        self._indptr = torch.from_numpy(self.csr.indptr).to(self._dev); self._indices = torch.from_numpy(self.csr.indices).to(self._dev)
+
+    def factorise(self, system):
+        from cholespy import CholeskySolverD, MatrixType
+        data = wp.to_torch(self.csr.refresh())
+        try:
+            self._s = CholeskySolverD(3 * system.n, self._indptr, self._indices, data, MatrixType.CSR)
+        except (RuntimeError, ValueError) as e:
+            raise LinearSolveError(f"cholespy: sparse Cholesky factorisation failed: {e}") from e
+
+    def solve(self, system, out):
+        x = torch.zeros(3 * system.n, dtype=torch.float64, device=self._dev)
+        self._s.solve(wp.to_torch(system.rhs).reshape(-1), x)
+        _check_solution(x.cpu().numpy(), self.name); self.stats["solves"] += 1
+        out.assign(wp.from_torch(x.reshape(-1, 3), dtype=wp.vec3d))
+
+class DenseSolver(LinearSolver):
+    "Dense FP64 Cholesky in torch: the reference implementation's solver, O(N³); for small systems and checks."
+    name = "dense"
+    def analyse(self, system):
+        self.csr = ScalarCSR(system, upper=False)
+        self._dev = "cuda" if system.device.startswith("cuda") else "cpu"
+        self._rows = torch.from_numpy(np.repeat(np.arange(3 * system.n), np.diff(self.csr.indptr))).to(self._dev)
+        self._cols = torch.from_numpy(self.csr.indices.astype(np.int64)).to(self._dev)
+
+    def factorise(self, system):
+        n = 3 * system.n
+        A = torch.zeros((n, n), dtype=torch.float64, device=self._dev)
+        A[self._rows, self._cols] = wp.to_torch(self.csr.refresh())
+        L, info = torch.linalg.cholesky_ex(A)
+        if int(info) != 0:
+            raise LinearSolveError(f"dense Cholesky failed: leading minor {int(info)} of {n} is not positive definite")
+        self._L = L
+
+    def solve(self, system, out):
+        x = torch.cholesky_solve(wp.to_torch(system.rhs).reshape(-1, 1), self._L)[:, 0]
+        _check_solution(x.cpu().numpy(), self.name); self.stats["solves"] += 1
+        out.assign(wp.from_torch(x.reshape(-1, 3).contiguous(), dtype=wp.vec3d))
 
 # %% ../nbs/04a_linear.ipynb #9af80274
 class CholespySolver(LinearSolver):

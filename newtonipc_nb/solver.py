@@ -49,13 +49,14 @@ class StepStats:
     candidates: dict = field(default_factory=dict)
     min_gap: float = math.inf
     failures: list = field(default_factory=list)
+    extrapolated: float = 0.0       # fraction α of the constant-velocity guess the Newton loop started from
     active_contacts: int = 0
     patterns: int = 0
     times: dict = field(default_factory=lambda: dict.fromkeys(TIME_KEYS, 0.0))
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("dt", "substeps", "subdivisions", "max_level", "newton_iterations", "line_search_trials",
-                                            "min_gap", "active_contacts", "patterns")}
+                                            "min_gap", "active_contacts", "patterns", "extrapolated")}
         d["alpha_min"] = min(self.alphas) if self.alphas else 1.0
         d.update({f"candidates_{k}": v for k, v in self.candidates.items()})
         d.update({f"time_{k}": v for k, v in self.times.items()})
@@ -199,6 +200,31 @@ def _predict(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt:
         self._drag.set(self._film, x0[self._film], self.options["drag"] * m[self._film] / dt)
     else:
         self._drag.clear()
+
+# %% ../nbs/05_solver.ipynb #c3f732fb
+@patch
+def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, tries: int = 4):
+    "Move self._x from x0 towards the constant-velocity guess x0 + dt v0: the largest fraction α ≤ 1 that keeps every gap (CCD) and lowers Φ (halving, ≤ `tries`)."
+    d = dt * v0; d[self._fixed_mask] = 0.0
+    if not np.any(d): return
+    x, dev = self._x, self.device
+    self._dx.assign(d)
+    wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=dev)
+    with _Timer(st.times, "candidates"):
+        self.search.update(x, self._xt)
+        self._near = near = self.barrier.near(x, 2.0 * float(np.linalg.norm(d, axis=1).max()) * (1.0 + 1e-9) + 1e-12, self._near)
+    with _Timer(st.times, "ccd"):
+        alpha = self._step_bound(near, x, self._dx)
+    with _Timer(st.times, "line_search"):
+        phi0 = self._phi(x)
+        for _ in range(tries):
+            wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(alpha), self._xt], device=dev)
+            phi = self._phi(self._xt, near)
+            if phi < phi0:
+                self._x, self._xt = self._xt, self._x
+                st.energies.append(phi0); st.extrapolated = alpha
+                return
+            alpha *= 0.5
 
 # %% ../nbs/05_solver.ipynb #08f5dceb
 @patch
@@ -356,6 +382,7 @@ def _solve(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: f
         raise SolverError(f"invalid start: a contact gap is already closed: {self._closed_gap_message(x)}")
     self.friction.lag(x, dt, self.barrier.near(x, 0.0))     # the candidates whose barrier is active at the start
     st.active_contacts = max(st.active_contacts, self.friction.count)
+    self._extrapolate(v0, dt, st)
     x = self._newton(dt, st)
     x32 = x.numpy().astype(np.float32).astype(np.float64)
     xr = self._xt; xr.assign(x32)
@@ -489,3 +516,4 @@ def sheet_on_sphere(n: int = 15, size: float = 0.08, device=None):
     add_mesh(b, np.array([[-0.1, -0.1, -0.021], [0.1, -0.1, -0.021], [0.1, 0.1, -0.021], [-0.1, 0.1, -0.021]]), np.array([[0, 1, 2], [0, 2, 3]], np.int32), density=0.0)
     b.add_particle(wp.vec3(0.0, 0.0, 0.0), wp.vec3(0.0, 0.0, 0.0), mass=0.0, radius=0.02)
     return b.finalize(device=device), f
+

@@ -239,7 +239,7 @@ def _without_bar(err):
 def test_disk_full_cleans_up_and_names_the_path(tmp_path, monkeypatch, capsys):
     """A full disk on the first write: no temporary file, the path named, the older file at --out untouched and not
     reported; on a later write: the file holds this run's last good write, and says so."""
-    write = np.savez_compressed
+    write = np.savez
     calls = []
     def full_disk_after(n):
         def savez(f, **arrays):
@@ -251,7 +251,7 @@ def test_disk_full_cleans_up_and_names_the_path(tmp_path, monkeypatch, capsys):
     out = tmp_path / "run.npz"
     fake_run(out, stopped=np.asarray("an older run"))
     before = out.read_bytes()
-    monkeypatch.setattr(bag.np, "savez_compressed", full_disk_after(0))
+    monkeypatch.setattr(bag.np, "savez", full_disk_after(0))
     assert main(["--until", str(2 * DT), "--out", str(out), "--device", "cpu", "--save-every", "0"]) == 1
     cap = capsys.readouterr()
     line = one_line(_without_bar(cap.err), 1, f"could not write {out}: No space left on device",
@@ -260,7 +260,7 @@ def test_disk_full_cleans_up_and_names_the_path(tmp_path, monkeypatch, capsys):
     assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["run.npz"]
 
     calls.clear()
-    monkeypatch.setattr(bag.np, "savez_compressed", full_disk_after(1))
+    monkeypatch.setattr(bag.np, "savez", full_disk_after(1))
     assert main(["--until", str(3 * DT), "--out", str(out), "--device", "cpu", "--save-every", "0"]) == 1
     cap = capsys.readouterr()
     one_line(_without_bar(cap.err), 1, f"could not write {out}: No space left on device",

@@ -12,7 +12,8 @@ EXPECTED = ["VT scene, 12 steps: min mid-surface distance (µm)", "EE scene, 12 
             "initial overlap rejected, outputs untouched", "edge through face rejected, outputs untouched",
             "hinge angle gradient vs central differences", "VT assembled ∇Φ vs central differences of Φ",
             "EE assembled ∇Φ vs central differences of Φ", "swept candidates, 17 instants (24 steps, VT + EE)",
-            "linear relative residual, cholesky (default)", "linear relative residual, dense", "linear relative residual, pcg",
+            "linear relative residual, pardiso (default on the CPU)", "linear relative residual, cholespy",
+            "linear relative residual, dense", "linear relative residual, pcg",
             "fast crossing α, seed normal bound", "fast crossing α, additive CCD (default)",
             "VT GPU vs CPU, 6 steps (StVK)", "EE GPU vs CPU, 6 steps (StVK)",
             "bag smoke: 2 steps, Neo-Hookean, 7 spheres, bin, floor"]
@@ -43,20 +44,20 @@ def test_linear_relative_residual_rows_pass_and_can_fail(monkeypatch):
     assert set(systems) == {"bag", "VT", "EE"} and all(len(s) >= 2 for s in systems.values())
     assert float(re.search(r"gap (\d+) µm", where).group(1)) < 900.5       # a barrier contact is active in the bag step
     rows = v.residual_checks(v.linear_residual_table(systems), where)
-    assert [r.check for r in rows] == EXPECTED[10:13]
+    assert [r.check for r in rows] == EXPECTED[10:14]
     for r in rows:
         assert r.passed is True and r.seed == "—", (r.check, r.measured)
         solved, unscaled = (float(x) for x in re.match(r"solved (\S+), unscaled (\S+) ", r.measured).groups())
         assert 0 < solved < 1e-7 and 0 < unscaled
         if "pcg" not in r.check: assert unscaled < 1e-7
     g, H, D = systems["bag"][0]
-    assert v.linear_residuals((g, H, D), "cholesky")[0] < 1e-10
+    assert v.linear_residuals((g, H, D), "pardiso")[0] < 1e-10
     exact = v.solve_linear
     monkeypatch.setattr(v, "solve_linear", lambda H, b, m: exact(H, b, m) * (1 + 1e-6))
-    solved, unscaled = v.linear_residuals((g, H, D), "cholesky")
+    solved, unscaled = v.linear_residuals((g, H, D), "pardiso")
     assert abs(solved - 1e-6) < 1e-8 and abs(unscaled - 1e-6) < 1e-8          # r = ε·b exactly: the measure is the residual
     bad = v.residual_checks(v.linear_residual_table({"bag": systems["bag"][:1]}), "")
-    assert [r.passed for r in bad] == [False, False, False]
+    assert [r.passed for r in bad] == [False, False, False, False]
 
 
 def test_a_failing_check_fails_the_runner(monkeypatch, capsys):
