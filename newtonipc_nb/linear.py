@@ -22,7 +22,7 @@ class LinearSolveError(RuntimeError):
 
 # %% auto #0
 __all__ = ['LINEAR_SOLVERS', 'LinearSolveError', 'NewtonSystem', 'ScalarCSR', 'LinearSolver', 'PardisoSolver', 'CholespySolver',
-           'DenseSolver', 'PCGSolver', 'make_linear_solver', 'solve_linear']
+           'DenseSolver', 'PCGSolver', 'make_linear_solver', 'system_from_bsr', 'solve_linear']
 
 # %% ../nbs/04a_linear.ipynb #28ba7bc0
 @wp.func
@@ -172,6 +172,14 @@ class NewtonSystem:
             raise LinearSolveError(f"{int(self._bad.numpy()[0])} diagonal block(s) of the Newton matrix are not positive")
         wp.launch(_equilibrate, dim=self.nnz, device=d, inputs=[self.block_rows, self.H.columns, self.H.values, self.D])
         wp.launch(_scaled_rhs, dim=self.n, device=d, inputs=[self.grad, self.D, self.fixed, self.rhs])
+
+    def copy(self) -> "NewtonSystem":
+        "An independent copy of the pattern, values, D, gradient and right-hand side (an observer's systems are reused next iteration)."
+        s = NewtonSystem(self.n, self.fixed, device=self.device)
+        s._set_pattern(self._keys.copy())
+        for dst, src, k in ((s.H.values, self.H.values, self.nnz), (s.D, self.D, self.n), (s.grad, self.grad, self.n), (s.rhs, self.rhs, self.n)):
+            wp.copy(dst, src, count=k)
+        return s
 
     def unscale(self, z: wp.array, dx: wp.array):
         "dx = D z: the Newton direction from the solution of the equilibrated system."
@@ -421,7 +429,7 @@ def make_linear_solver(spec="auto", device=None) -> LinearSolver:
     if spec not in LINEAR_SOLVERS: raise ValueError(f"linear_solver must be 'auto', one of {sorted(LINEAR_SOLVERS)} or 'cholesky', or a LinearSolver; got {spec!r}")
     return LINEAR_SOLVERS[spec]()
 
-def _system_from_bsr(H: wps.BsrMatrix, rhs) -> NewtonSystem:
+def system_from_bsr(H: wps.BsrMatrix, rhs) -> NewtonSystem:
     "A `NewtonSystem` holding a copy of the block matrix `H` (no fixed particles, D = 1) and right-hand side `rhs` (N, 3)."
     n, d = H.nrow, str(H.device)
     s = NewtonSystem(n, wp.zeros(n, dtype=wp.int32, device=d), device=d)
@@ -436,7 +444,7 @@ def _system_from_bsr(H: wps.BsrMatrix, rhs) -> NewtonSystem:
 
 def solve_linear(H: wps.BsrMatrix, rhs, method="auto") -> np.ndarray:
     "Solve the SPD block system H z = rhs once (rhs of shape (N, 3)) with a linear solver (`method`: a name or a `LinearSolver`); returns z (N, 3)."
-    s = _system_from_bsr(H, rhs)
+    s = system_from_bsr(H, rhs)
     solver = make_linear_solver(method, device=s.device)
     solver.prepare(s)
     z = wp.zeros(s.n, dtype=wp.vec3d, device=s.device)
