@@ -732,9 +732,10 @@ class BarrierTerm(EnergyTerm):
         return out.numpy()[: cs.count]
 
     def min_gap(self, x: wp.array) -> float:
-        "The smallest gap over the candidates (+inf if there are none)."
-        g = self.gaps(x)
-        return float(g.min()) if len(g) else math.inf
+        "The smallest gap over the candidates (+inf if there are none); the gaps are kept for `near`, as by `prepare`."
+        cs = self.contacts
+        self.prepare(x)
+        return float(self._gaps.numpy()[: cs.count].min()) if cs.count else math.inf
 
     def energy(self, x: wp.array) -> float:
         "Σ B(g) in joules; +inf if any candidate has g ≤ 0."

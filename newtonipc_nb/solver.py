@@ -203,10 +203,11 @@ def _predict(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt:
 
 # %% ../nbs/05_solver.ipynb #c3f732fb
 @patch
-def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, tries: int = 4):
-    "Move self._x from x0 towards the constant-velocity guess x0 + dt v0: the largest fraction α ≤ 1 that keeps every gap (CCD) and lowers Φ (halving, ≤ `tries`)."
+def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, tries: int = 4) -> float | None:
+    """Move self._x from x0 towards the constant-velocity guess x0 + dt v0: the largest fraction α ≤ 1 that keeps every gap (CCD)
+    and lowers Φ (halving, ≤ `tries`). Returns Φ where the loop starts (None when there is no motion to extrapolate)."""
     d = dt * v0; d[self._fixed_mask] = 0.0
-    if not np.any(d): return
+    if not np.any(d): return None
     x, dev = self._x, self.device
     self._dx.assign(d)
     wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=dev)
@@ -223,8 +224,9 @@ def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, trie
             if phi < phi0:
                 self._x, self._xt = self._xt, self._x
                 st.energies.append(phi0); st.extrapolated = alpha
-                return
+                return phi
             alpha *= 0.5
+    return phi0
 
 # %% ../nbs/05_solver.ipynb #08f5dceb
 @patch
@@ -349,9 +351,9 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float, st:
     return alpha, phi_t, done
 
 @patch
-def _newton(self: SolverIPC, dt: float, st: StepStats) -> wp.array:
-    "Minimise Φ from self._x; returns the minimiser (one of the solver's two position arrays)."
-    phi = self._phi(self._x)
+def _newton(self: SolverIPC, dt: float, st: StepStats, phi: float | None = None) -> wp.array:
+    "Minimise Φ from self._x (where Φ = `phi`, if known); returns the minimiser (one of the solver's two position arrays)."
+    phi = self._phi(self._x) if phi is None else phi
     st.energies.append(phi)
     if not math.isfinite(phi):
         raise SolverError("invalid start: the objective is not finite at the start positions (an inverted triangle?)")
@@ -382,8 +384,7 @@ def _solve(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: f
         raise SolverError(f"invalid start: a contact gap is already closed: {self._closed_gap_message(x)}")
     self.friction.lag(x, dt, self.barrier.near(x, 0.0))     # the candidates whose barrier is active at the start
     st.active_contacts = max(st.active_contacts, self.friction.count)
-    self._extrapolate(v0, dt, st)
-    x = self._newton(dt, st)
+    x = self._newton(dt, st, self._extrapolate(v0, dt, st))
     x32 = x.numpy().astype(np.float32).astype(np.float64)
     xr = self._xt; xr.assign(x32)
     with _Timer(st.times, "candidates"):
