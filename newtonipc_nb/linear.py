@@ -292,51 +292,6 @@ class PardisoSolver(LinearSolver):
         _check_solution(x, self.name); self.stats["solves"] += 1
         out.assign(x.reshape(-1, 3))
 
-class CholespySolver(LinearSolver):
-    "Sparse Cholesky by cholespy (CHOLMOD on the CPU, its own kernels on CUDA); it has no numeric-only refactorisation, so every factorisation redoes the analysis."
-    name = "cholespy"
-    def analyse(self, system):
-        self.csr = ScalarCSR(system, upper=False)
-        self._dev = "cuda" if system.device.startswith("cuda") else "cpu"
-        self._indptr = torch.from_numpy(self.csr.indptr).to(self._dev); self._indices = torch.from_numpy(self.csr.indices).to(self._dev)
-
-    def factorise(self, system):
-        from cholespy import CholeskySolverD, MatrixType
-        data = wp.to_torch(self.csr.refresh())
-        try:
-            self._s = CholeskySolverD(3 * system.n, self._indptr, self._indices, data, MatrixType.CSR)
-        except (RuntimeError, ValueError) as e:
-            raise LinearSolveError(f"cholespy: sparse Cholesky factorisation failed: {e}") from e
-
-    def solve(self, system, out):
-        x = torch.zeros(3 * system.n, dtype=torch.float64, device=self._dev)
-        self._s.solve(wp.to_torch(system.rhs).reshape(-1), x)
-        _check_solution(x.cpu().numpy(), self.name); self.stats["solves"] += 1
-        out.assign(wp.from_torch(x.reshape(-1, 3), dtype=wp.vec3d))
-
-class DenseSolver(LinearSolver):
-    "Dense FP64 Cholesky in torch: the reference implementation's solver, O(N³); for small systems and checks."
-    name = "dense"
-    def analyse(self, system):
-        self.csr = ScalarCSR(system, upper=False)
-        self._dev = "cuda" if system.device.startswith("cuda") else "cpu"
-        self._rows = torch.from_numpy(np.repeat(np.arange(3 * system.n), np.diff(self.csr.indptr))).to(self._dev)
-        self._cols = torch.from_numpy(self.csr.indices.astype(np.int64)).to(self._dev)
-
-    def factorise(self, system):
-        n = 3 * system.n
-        A = torch.zeros((n, n), dtype=torch.float64, device=self._dev)
-        A[self._rows, self._cols] = wp.to_torch(self.csr.refresh())
-        L, info = torch.linalg.cholesky_ex(A)
-        if int(info) != 0:
-            raise LinearSolveError(f"dense Cholesky failed: leading minor {int(info)} of {n} is not positive definite")
-        self._L = L
-
-    def solve(self, system, out):
-        x = torch.cholesky_solve(wp.to_torch(system.rhs).reshape(-1, 1), self._L)[:, 0]
-        _check_solution(x.cpu().numpy(), self.name); self.stats["solves"] += 1
-        out.assign(wp.from_torch(x.reshape(-1, 3).contiguous(), dtype=wp.vec3d))
-
 # %% ../nbs/04a_linear.ipynb #9af80274
 class CholespySolver(LinearSolver):
     "Sparse Cholesky by cholespy (CHOLMOD on the CPU, its own kernels on CUDA); it has no numeric-only refactorisation, so every factorisation redoes the analysis."
