@@ -293,13 +293,16 @@ class PardisoSolver(LinearSolver):
         out.assign(x.reshape(-1, 3))
 
 # %% ../nbs/04a_linear.ipynb #9af80274
-class CholespySolver(LinearSolver):
-    "Sparse Cholesky by cholespy (CHOLMOD on the CPU, its own kernels on CUDA); it has no numeric-only refactorisation, so every factorisation redoes the analysis."
-    name = "cholespy"
+class _TorchSolver(LinearSolver):
+    "A solver fed torch tensors on the system's device: the full scalar CSR form, analysed per pattern."
     def analyse(self, system):
         self.csr = ScalarCSR(system, upper=False)
         self._dev = "cuda" if system.device.startswith("cuda") else "cpu"
-        self._indptr = torch.from_numpy(self.csr.indptr).to(self._dev); self._indices = torch.from_numpy(self.csr.indices).to(self._dev)
+        self._indptr, self._indices = (torch.from_numpy(a).to(self._dev) for a in (self.csr.indptr, self.csr.indices))
+
+class CholespySolver(_TorchSolver):
+    "Sparse Cholesky by cholespy (CHOLMOD on the CPU, its own kernels on CUDA); it has no numeric-only refactorisation, so every factorisation redoes the analysis."
+    name = "cholespy"
 
     def factorise(self, system):
         from cholespy import CholeskySolverD, MatrixType
@@ -315,19 +318,14 @@ class CholespySolver(LinearSolver):
         _check_solution(x.cpu().numpy(), self.name); self.stats["solves"] += 1
         out.assign(wp.from_torch(x.reshape(-1, 3), dtype=wp.vec3d))
 
-class DenseSolver(LinearSolver):
+class DenseSolver(_TorchSolver):
     "Dense FP64 Cholesky in torch: the reference implementation's solver, O(N³); for small systems and checks."
     name = "dense"
-    def analyse(self, system):
-        self.csr = ScalarCSR(system, upper=False)
-        self._dev = "cuda" if system.device.startswith("cuda") else "cpu"
-        self._rows = torch.from_numpy(np.repeat(np.arange(3 * system.n), np.diff(self.csr.indptr))).to(self._dev)
-        self._cols = torch.from_numpy(self.csr.indices.astype(np.int64)).to(self._dev)
-
     def factorise(self, system):
         n = 3 * system.n
+        rows = torch.repeat_interleave(torch.arange(n, device=self._dev), torch.diff(self._indptr).long())
         A = torch.zeros((n, n), dtype=torch.float64, device=self._dev)
-        A[self._rows, self._cols] = wp.to_torch(self.csr.refresh())
+        A[rows, self._indices.long()] = wp.to_torch(self.csr.refresh())
         L, info = torch.linalg.cholesky_ex(A)
         if int(info) != 0:
             raise LinearSolveError(f"dense Cholesky failed: leading minor {int(info)} of {n} is not positive definite")
