@@ -5,7 +5,9 @@ scene whose contact gap falls below 0.9 d̂ (`validation.bag_contact_systems`, ~
 `--resume RUN.npz --at T`, the step after time T of a saved run (e.g. 8.0 s: the neck bands tightening, the most
 contacts). For each solver and system: the pattern analysis, the numeric factorisation and the solve, each the
 median of --repeat calls, and the relative residual ‖A z − b‖/‖b‖ of the equilibrated system; PCG also reports its
-CG iterations. Prints a table and writes benchmarks/results/linear.json.
+CG iterations. When the `qdldl` package is installed (not a dependency), it is measured too as a candidate CPU
+direct solver with a numeric-only refactorisation: `Solver(U)` (ordering + factorisation), `update(U)`, `solve`, on the
+same upper-triangular matrix. Prints a table and writes benchmarks/results/linear.json.
 
     python benchmarks/bench_linear.py [--resume RUN.npz --at 8.0] [--repeat 7] [--solvers pardiso cholespy dense pcg]
 """
@@ -82,6 +84,18 @@ def main():
             rows.append(row)
             print(f"system {i} ({3 * s.n} DOF, {s.nnz} blocks) {name:9s} analyse {analyse:8.2f} ms  factorise {factorise:8.2f} ms  "
                   f"solve {solve:8.2f} ms  residual {res:.1e}", flush=True)
+        try:
+            import qdldl
+        except ImportError:
+            continue
+        U = sp.triu(A, format="csc"); U.sort_indices()
+        q = qdldl.Solver(U)
+        analyse, factorise = median_ms(lambda: qdldl.Solver(U), a.repeat), median_ms(lambda: q.update(U), a.repeat)
+        solve = median_ms(lambda: q.solve(b), a.repeat)
+        res = float(np.linalg.norm(A @ q.solve(b) - b) / np.linalg.norm(b))
+        rows.append(dict(system=i, dofs=3 * s.n, blocks=s.nnz, solver="qdldl (candidate)", analyse_ms=analyse - factorise, factorise_ms=factorise,
+                         solve_ms=solve, per_iteration_ms=factorise + solve, relative_residual=res))
+        print(f"system {i} qdldl: factorise {factorise:.2f} ms  solve {solve:.2f} ms  residual {res:.1e}", flush=True)
     table = pd.DataFrame(rows)
     summary = table.groupby("solver", sort=False)[["analyse_ms", "factorise_ms", "solve_ms", "per_iteration_ms", "relative_residual"]].median()
     pd.set_option("display.width", 200)

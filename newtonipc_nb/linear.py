@@ -45,7 +45,9 @@ def _find_block(offsets: wp.array(dtype=wp.int32), columns: wp.array(dtype=wp.in
 @wp.kernel
 def _scatter_blocks(rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d),
                     fixed: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32), columns: wp.array(dtype=wp.int32),
-                    values: wp.array(dtype=wp.mat33d), missed: wp.array(dtype=wp.int32)):
+                    block_rows: wp.array(dtype=wp.int32), values: wp.array(dtype=wp.mat33d), hint: wp.array(dtype=wp.int32),
+                    missed: wp.array(dtype=wp.int32)):
+    "Add triplet k into its block; `hint[k]` remembers where it went last time (checked, so a stale hint only costs a search)."
     k = wp.tid()
     r = rows[k]
     c = cols[k]
@@ -53,7 +55,12 @@ def _scatter_blocks(rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int3
         return
     if fixed[r] != 0 or fixed[c] != 0:      # a fixed particle's row and column are eliminated
         return
-    s = _find_block(offsets, columns, r, c)
+    s = hint[k]
+    if s < 0 or s >= block_rows.shape[0]:
+        s = _find_block(offsets, columns, r, c)
+    elif block_rows[s] != r or columns[s] != c:
+        s = _find_block(offsets, columns, r, c)
+    hint[k] = s
     if s >= 0:
         wp.atomic_add(values, s, vals[k])
     else:
@@ -114,6 +121,7 @@ class NewtonSystem:
         self.D = wp.ones(n, dtype=wp.vec3d, device=d)
         self.H = wps.bsr_zeros(n, n, wp.mat33d, device=d)
         self._missed = wp.zeros(1, dtype=wp.int32, device=d)
+        self._hint = wp.full(1, -1, dtype=wp.int32, device=d)       # per triplet: the block it was added to last time
         self._bad = wp.zeros(1, dtype=wp.int32, device=d)
         self.version = 0                    # bumped whenever the pattern changes: linear solvers re-analyse
         self.stats = dict(patterns=0)
@@ -149,11 +157,13 @@ class NewtonSystem:
         """Sum the first `count` triplets of `blocks` into H (blocks touching a fixed particle dropped). A block outside
         the pattern grows it to the union with these triplets' blocks, or, once that union is 1.5× the size of the last
         pattern built from triplets alone, shrinks it to these triplets' blocks; returns whether the pattern changed."""
+        if self._hint.shape[0] < count: self._hint = wp.full(len(blocks), -1, dtype=wp.int32, device=self.device)
         for attempt in range(2):
             self.H.values.zero_(); self._missed.zero_()
             if count:
                 wp.launch(_scatter_blocks, dim=count, device=self.device,
-                          inputs=[blocks.rows, blocks.cols, blocks.vals, self.fixed, self.H.offsets, self.H.columns, self.H.values, self._missed])
+                          inputs=[blocks.rows, blocks.cols, blocks.vals, self.fixed, self.H.offsets, self.H.columns, self.block_rows,
+                                  self.H.values, self._hint, self._missed])
             if int(self._missed.numpy()[0]) == 0:
                 return attempt > 0
             keys = self._triplet_keys(blocks, count)
