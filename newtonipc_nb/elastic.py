@@ -160,7 +160,9 @@ def _strain_jacobian(F: mat32d, b: wp.vec2d) -> wp.mat33d:
 @wp.kernel
 def _membrane_energy_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype=wp.int32, ndim=2), elems: wp.array(dtype=wp.int32),
                             B: wp.array(dtype=mat32d), area: wp.array(dtype=wp.float64), mu: wp.array(dtype=wp.float64),
-                            lam: wp.array(dtype=wp.float64), model: wp.int32, out: wp.array(dtype=wp.float64)):
+                            lam: wp.array(dtype=wp.float64), model: wp.int32, out: wp.array(dtype=wp.float64),
+                            total: wp.array(dtype=wp.float64)):
+    "Per-triangle energies into `out`, their sum added into total[0]."
     e = wp.tid()
     t = elems[e]
     F = _deformation(x[tri[t, 0]], x[tri[t, 1]], x[tri[t, 2]], B[t])
@@ -168,6 +170,7 @@ def _membrane_energy_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype=wp.
     out[e] = area[t] * psi
     if valid == 0:
         out[e] = wp.float64(wp.inf)
+    wp.atomic_add(total, 0, out[e])
 
 @wp.kernel
 def _membrane_accumulate_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype=wp.int32, ndim=2), elems: wp.array(dtype=wp.int32),
@@ -240,16 +243,16 @@ class MembraneTerm(ElementEnergyTerm):
         self._n_min = int(m.particle_count)
         self._e = wp.zeros(self.count, dtype=wp.float64, device=self.device)
 
-    def _energies(self, x: wp.array) -> wp.array:
+    def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         _check_term_arrays("MembraneTerm", x, self.device, n_min=self._n_min)
         if self.count:
             wp.launch(_membrane_energy_kernel, dim=self.count, device=self.device,
-                      inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam, wp.int32(self._model)], outputs=[self._e])
+                      inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam, wp.int32(self._model)], outputs=[self._e, total])
         return self._e
 
     def element_energies(self, x: wp.array) -> np.ndarray:
         "Per-triangle energies A0 Ψ (J), in `elastic_tri` order; +inf for an inadmissible triangle."
-        return self._energies(x).numpy()
+        return self._energies(x, self._scratch()).numpy()
 
     def num_blocks(self) -> int: return 9 * self.count
 
@@ -279,7 +282,7 @@ def membrane_energy(X, B, area, mu, lam, model: str = "neohookean", device=None)
     "Per-triangle membrane energies A0 Ψ (n,) in J of triangles `X` (n, 3, 3) with rest data `B` (n, 3, 2), `area` (n,); +inf for a collapsed Neo-Hookean triangle."
     n, mid, d, x, tri, el, Bw, aw, mw, lw = _membrane_batch(X, B, area, mu, lam, model, device, "membrane_energy")
     out = wp.zeros(n, dtype=wp.float64, device=d)
-    if n: wp.launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw, wp.int32(mid)], outputs=[out])
+    if n: wp.launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw, wp.int32(mid)], outputs=[out, wp.zeros(1, dtype=wp.float64, device=d)])
     return out.numpy()
 
 def _blocks_to_dense(vals: np.ndarray, n: int, per: int) -> np.ndarray:
@@ -292,7 +295,7 @@ def membrane_derivatives(X, B, area, mu, lam, model: str = "neohookean", *, proj
     e = wp.zeros(n, dtype=wp.float64, device=d); g = wp.zeros(3 * n, dtype=wp.vec3d, device=d)
     hb = HessianBlocks.allocate(9 * n, device=d)
     if n:
-        wp.launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw, wp.int32(mid)], outputs=[e])
+        wp.launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw, wp.int32(mid)], outputs=[e, wp.zeros(1, dtype=wp.float64, device=d)])
         wp.launch(_membrane_accumulate_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw, wp.int32(mid), wp.int32(bool(project)), wp.int32(0)],
                   outputs=[g, hb.rows, hb.cols, hb.vals])
     return e.numpy(), g.numpy().reshape(n, 3, 3), _blocks_to_dense(hb.vals.numpy(), n, 3)
@@ -345,7 +348,8 @@ def _pick4(i: int, v0: wp.vec3d, v1: wp.vec3d, v2: wp.vec3d, v3: wp.vec3d) -> wp
 
 @wp.kernel
 def _hinge_energy_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=wp.int32, ndim=2), theta0: wp.array(dtype=wp.float64),
-                         k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64), angle: wp.array(dtype=wp.float64)):
+                         k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64), angle: wp.array(dtype=wp.float64),
+                         total: wp.array(dtype=wp.float64)):
     h = wp.tid()
     theta, ga, gb, gc, gd, valid = _hinge_geometry(x[hinge[h, 0]], x[hinge[h, 1]], x[hinge[h, 2]], x[hinge[h, 3]])
     w = _wrap(theta - theta0[h])
@@ -354,6 +358,7 @@ def _hinge_energy_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=wp.i
     if valid == 0:
         out[h] = wp.float64(wp.inf)
         angle[h] = wp.float64(wp.nan)
+    wp.atomic_add(total, 0, out[h])
 
 @wp.kernel
 def _hinge_accumulate_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=wp.int32, ndim=2), theta0: wp.array(dtype=wp.float64),
@@ -393,13 +398,13 @@ class HingeTerm(ElementEnergyTerm):
 
     def angles(self, x: wp.array) -> np.ndarray:
         "Signed dihedral angles θ (rad) of the hinges at `x` (NaN for a degenerate hinge)."
-        self._energies(x)
+        self._energies(x, self._scratch())
         return self._theta.numpy()
 
-    def _energies(self, x: wp.array) -> wp.array:
+    def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         _check_term_arrays("HingeTerm", x, self.device, n_min=self._n_min)
         if self.count:
-            wp.launch(_hinge_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.hinge, self.theta0, self.k], outputs=[self._e, self._theta])
+            wp.launch(_hinge_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.hinge, self.theta0, self.k], outputs=[self._e, self._theta, total])
         return self._e
 
     def num_blocks(self) -> int: return 16 * self.count
@@ -423,7 +428,7 @@ def hinge_angle(X, device=None) -> np.ndarray:
     "Signed dihedral angles (n,) in radians of hinges `X` (n, 4, 3) in SPEC's (a, b, c, d) order; NaN for a degenerate hinge."
     n, d, x, h, t0, k = _hinge_batch(X, 0.0, 0.0, device, "hinge_angle")
     e, th = wp.zeros(n, dtype=wp.float64, device=d), wp.zeros(n, dtype=wp.float64, device=d)
-    if n: wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, k], outputs=[e, th])
+    if n: wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, k], outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
     return th.numpy()
 
 def hinge_derivatives(X, theta0, k, device=None):
@@ -432,19 +437,20 @@ def hinge_derivatives(X, theta0, k, device=None):
     e, th = wp.zeros(n, dtype=wp.float64, device=d), wp.zeros(n, dtype=wp.float64, device=d)
     g = wp.zeros(4 * n, dtype=wp.vec3d, device=d); hb = HessianBlocks.allocate(16 * n, device=d)
     if n:
-        wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, kk], outputs=[e, th])
+        wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, kk], outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
         wp.launch(_hinge_accumulate_kernel, dim=n, device=d, inputs=[x, h, t0, kk, wp.int32(0)], outputs=[g, hb.rows, hb.cols, hb.vals])
     return e.numpy(), th.numpy(), g.numpy().reshape(n, 4, 3), _blocks_to_dense(hb.vals.numpy(), n, 4)
 
 # %% ../nbs/01_membrane_bending.ipynb #8f6b1a8e
 @wp.kernel
 def _support_energy_kernel(x: wp.array(dtype=wp.vec3d), idx: wp.array(dtype=wp.int32), target: wp.array(dtype=wp.vec3d),
-                           k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+                           k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64), total: wp.array(dtype=wp.float64)):
     s = wp.tid()
     r = x[idx[s]] - target[s]
     out[s] = wp.float64(0.5) * k[s] * wp.dot(r, r)
     if not wp.isfinite(out[s]):
         out[s] = wp.float64(wp.inf)
+    wp.atomic_add(total, 0, out[s])
 
 @wp.kernel
 def _support_accumulate_kernel(x: wp.array(dtype=wp.vec3d), idx: wp.array(dtype=wp.int32), target: wp.array(dtype=wp.vec3d),
@@ -502,10 +508,10 @@ class SupportTerm(ElementEnergyTerm):
         self.stiffness, self._e = wp.array(k, dtype=wp.float64, device=d), wp.zeros(n, dtype=wp.float64, device=d)
         self.count, self._n_min = n, (int(idx.max()) + 1 if n else 0)
 
-    def _energies(self, x: wp.array) -> wp.array:
+    def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         _check_term_arrays("SupportTerm", x, self.device, n_min=self._n_min)
         if self.count:
-            wp.launch(_support_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.indices, self.targets, self.stiffness], outputs=[self._e])
+            wp.launch(_support_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.indices, self.targets, self.stiffness], outputs=[self._e, total])
         return self._e
 
     def num_blocks(self) -> int: return self.count
@@ -536,12 +542,13 @@ def _tie_hessian(d: wp.vec3d, L: wp.float64, k: wp.float64, project: wp.int32) -
 
 @wp.kernel
 def _tie_energy_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.int32, ndim=2), rest: wp.array(dtype=wp.float64),
-                       k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+                       k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64), total: wp.array(dtype=wp.float64)):
     p = wp.tid()
     r = wp.length(x[pairs[p, 0]] - x[pairs[p, 1]]) - rest[p]
     out[p] = wp.float64(0.5) * k[p] * r * r
     if not wp.isfinite(out[p]):
         out[p] = wp.float64(wp.inf)
+    wp.atomic_add(total, 0, out[p])
 
 @wp.kernel
 def _tie_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.int32, ndim=2), rest: wp.array(dtype=wp.float64),
@@ -612,10 +619,10 @@ class TieTerm(ElementEnergyTerm):
         xs, p = x.numpy(), self.pairs.numpy()
         return np.linalg.norm(xs[p[:, 0]] - xs[p[:, 1]], axis=1) if self.count else np.zeros(0)
 
-    def _energies(self, x: wp.array) -> wp.array:
+    def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         _check_term_arrays("TieTerm", x, self.device, n_min=self._n_min)
         if self.count:
-            wp.launch(_tie_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.pairs, self.rest_lengths, self.stiffness], outputs=[self._e])
+            wp.launch(_tie_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.pairs, self.rest_lengths, self.stiffness], outputs=[self._e, total])
         return self._e
 
     def num_blocks(self) -> int: return 4 * self.count

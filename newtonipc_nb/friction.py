@@ -45,10 +45,11 @@ def _tangent(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3d), p: wp.ve
 @wp.kernel
 def _friction_energy(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i),
                      w: wp.array(dtype=wp.vec4d), n: wp.array(dtype=wp.vec3d), load: wp.array(dtype=wp.float64),
-                     eps: wp.float64, e: wp.array(dtype=wp.float64)):
+                     eps: wp.float64, e: wp.array(dtype=wp.float64), total: wp.array(dtype=wp.float64)):
     c = wp.tid()
     t = _tangent(x, x0, pairs[c], w[c], n[c])
     e[c] = load[c] * (wp.sqrt(wp.dot(t, t) + eps * eps) - eps)
+    wp.atomic_add(total, 0, e[c])
 
 @wp.kernel
 def _friction_accumulate(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i),
@@ -117,9 +118,9 @@ class FrictionTerm(ElementEnergyTerm):
         "Number of candidates carrying a friction load this step."
         return self.count
 
-    def _energies(self, x: wp.array) -> wp.array:
+    def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         if self.count:
-            wp.launch(_friction_energy, dim=self.count, inputs=[x, self.x0, self.pairs, self.w, self.n, self.load, wp.float64(self.eps), self._e],
+            wp.launch(_friction_energy, dim=self.count, inputs=[x, self.x0, self.pairs, self.w, self.n, self.load, wp.float64(self.eps), self._e, total],
                       device=self.device)
         return self._e
 

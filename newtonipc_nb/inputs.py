@@ -446,12 +446,16 @@ class EnergyTerm:
         sum_into(e, 1, out)
 
 class ElementEnergyTerm(EnergyTerm):
-    "An `EnergyTerm` whose `_energies(x)` writes one energy per element into a device array: `energy` sums it on the host, `add_energy` on the device."
-    def _energies(self, x: wp.array) -> wp.array: raise NotImplementedError
+    """An `EnergyTerm` whose `_energies(x, total)` writes one energy per element into a device array and adds their sum
+    into total[0]: `energy` sums the elements on the host, `add_energy` passes its accumulator (one launch, no host read)."""
+    def _energies(self, x: wp.array, total: wp.array) -> wp.array: raise NotImplementedError
+    def _scratch(self) -> wp.array:
+        "A device scalar for launches whose sum is not wanted."
+        return wp.zeros(1, dtype=wp.float64, device=self.device)
     def energy(self, x: wp.array) -> float:
-        return float(np.sum(self._energies(x).numpy()[: self.count])) if self.count else 0.0
+        return float(np.sum(self._energies(x, self._scratch()).numpy()[: self.count])) if self.count else 0.0
     def add_energy(self, x: wp.array, out: wp.array) -> None:
-        if self.count: sum_into(self._energies(x), self.count, out)
+        if self.count: self._energies(x, out)
 
 # %% ../nbs/00_inputs.ipynb #658b33bd
 def warm_kernels(device=None) -> list[str]:
