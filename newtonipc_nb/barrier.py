@@ -634,28 +634,37 @@ def _barrier_energy_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp
         wp.atomic_add(energy, 0, barrier(g, dhat, k))
 
 @wp.kernel
-def _active_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-                   offsets: wp.array(dtype=wp.float64), dhat: wp.float64, gaps: wp.array(dtype=wp.float64),
-                   count: wp.array(dtype=wp.int32), active: wp.array(dtype=wp.int32)):
-    "Every candidate's gap into `gaps`; the candidates whose barrier is active (0 < g < d̂) compacted into `active`."
-    c = wp.tid()
-    w, r = _candidate(pairs[c], kinds[c], x)
-    g = wp.length(r) - offsets[c]
-    gaps[c] = g
-    if g > wp.float64(0.0) and g < dhat:
-        active[wp.atomic_add(count, 0, 1)] = c
+def _motion_kernel(x: wp.array(dtype=wp.vec3d), ref: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.float64)):
+    "out[0] = max over particles of ‖x − ref‖."
+    i = wp.tid()
+    wp.atomic_max(out, 0, wp.length(x[i] - ref[i]))
 
 @wp.kernel
-def _near_kernel(gaps: wp.array(dtype=wp.float64), reach: wp.float64, pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-                 offsets: wp.array(dtype=wp.float64), count: wp.array(dtype=wp.int32), near_pairs: wp.array(dtype=wp.vec4i),
-                 near_kinds: wp.array(dtype=wp.int32), near_offsets: wp.array(dtype=wp.float64)):
-    "Copy the candidates with a gap below `reach` into the near set."
+def _screened_active_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
+                            offsets: wp.array(dtype=wp.float64), ref_gaps: wp.array(dtype=wp.float64), screen: wp.float64,
+                            dhat: wp.float64, count: wp.array(dtype=wp.int32), active: wp.array(dtype=wp.int32)):
+    "Compact the candidates whose barrier is active at x (0 < g < d̂), computing g only where the reference gap is below `screen`."
     c = wp.tid()
-    if gaps[c] < reach:
-        k = wp.atomic_add(count, 0, 1)
-        near_pairs[k] = pairs[c]
-        near_kinds[k] = kinds[c]
-        near_offsets[k] = offsets[c]
+    if ref_gaps[c] < screen:
+        w, r = _candidate(pairs[c], kinds[c], x)
+        g = wp.length(r) - offsets[c]
+        if g > wp.float64(0.0) and g < dhat:
+            active[wp.atomic_add(count, 0, 1)] = c
+
+@wp.kernel
+def _screened_near_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
+                          offsets: wp.array(dtype=wp.float64), ref_gaps: wp.array(dtype=wp.float64), screen: wp.float64,
+                          limit: wp.float64, count: wp.array(dtype=wp.int32), near_pairs: wp.array(dtype=wp.vec4i),
+                          near_kinds: wp.array(dtype=wp.int32), near_offsets: wp.array(dtype=wp.float64)):
+    "Copy the candidates with g(x) < `limit` into the near set, computing g only where the reference gap is below `screen`."
+    c = wp.tid()
+    if ref_gaps[c] < screen:
+        w, r = _candidate(pairs[c], kinds[c], x)
+        if wp.length(r) - offsets[c] < limit:
+            k = wp.atomic_add(count, 0, 1)
+            near_pairs[k] = pairs[c]
+            near_kinds[k] = kinds[c]
+            near_offsets[k] = offsets[c]
 
 @wp.kernel
 def _barrier_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
@@ -712,8 +721,9 @@ class BarrierTerm(EnergyTerm):
         cs = _resolve_contacts(contacts)
         self.provider, self.dhat, self.kappa = contacts, float(dhat), float(kappa)
         self._active, self._active_count = wp.zeros(1, dtype=wp.int32, device=cs.device), wp.zeros(1, dtype=wp.int32, device=cs.device)
-        self._gaps = wp.zeros(1, dtype=wp.float64, device=cs.device)
-        self._prepared = self._gaps_of = None
+        self._ref_gaps, self._ref_x, self._ref_of = wp.zeros(1, dtype=wp.float64, device=cs.device), None, None
+        self._motion = wp.zeros(1, dtype=wp.float64, device=cs.device)
+        self._prepared = None
 
     @property
     def contacts(self) -> ContactSet: return _resolve_contacts(self.provider)
@@ -732,10 +742,10 @@ class BarrierTerm(EnergyTerm):
         return out.numpy()[: cs.count]
 
     def min_gap(self, x: wp.array) -> float:
-        "The smallest gap over the candidates (+inf if there are none); the gaps are kept for `near`, as by `prepare`."
-        cs = self.contacts
-        self.prepare(x)
-        return float(self._gaps.numpy()[: cs.count].min()) if cs.count else math.inf
+        "The smallest gap over the candidates (+inf if there are none); the gaps become the screens' reference."
+        cs = self.contacts; self._check_x(x, cs)
+        self._screen(x, cs, full=True)
+        return float(self._ref_gaps.numpy()[: cs.count].min()) if cs.count else math.inf
 
     def energy(self, x: wp.array) -> float:
         "Σ B(g) in joules; +inf if any candidate has g ≤ 0."
@@ -750,32 +760,49 @@ class BarrierTerm(EnergyTerm):
             wp.launch(_barrier_energy_kernel, dim=cs.count, device=cs.device,
                       inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa)], outputs=[out])
 
+    def _screen(self, x: wp.array, cs: ContactSet, full: bool = False) -> float:
+        """M = 2 max‖x − x_ref‖ over particles, with every candidate's gap g_ref known at x_ref. A gap changes by at most twice
+        the largest vertex motion, so g(x) ≥ g_ref − M: a candidate with g_ref ≥ t + M cannot have g(x) < t, and its gap
+        need not be computed. The reference is retaken (one pass over every candidate) when the candidate set changed,
+        when M exceeds d̂, or when `full`."""
+        same = self._ref_of == (cs, cs.version, cs.count) and self._ref_x is not None and self._ref_x.shape == x.shape
+        if same and not full:
+            self._motion.zero_()
+            wp.launch(_motion_kernel, dim=x.shape[0], inputs=[x, self._ref_x, self._motion], device=cs.device)
+            m = 2.0 * float(self._motion.numpy()[0])
+            if m <= self.dhat: return m * (1.0 + 1e-9) + 1e-12
+        if self._ref_gaps.shape[0] < cs.count:
+            self._ref_gaps = wp.zeros(int(1.5 * cs.count) + 16, dtype=wp.float64, device=cs.device)
+            self._active = wp.zeros(self._ref_gaps.shape[0], dtype=wp.int32, device=cs.device)
+        if cs.count:
+            wp.launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[self._ref_gaps], device=cs.device)
+        if self._ref_x is None or self._ref_x.shape != x.shape: self._ref_x = wp.empty_like(x)
+        wp.copy(self._ref_x, x)
+        self._ref_of = (cs, cs.version, cs.count)
+        return 0.0
+
     def prepare(self, x: wp.array) -> None:
         """Select the candidates whose barrier is active at x (0 < g < d̂): the next `num_blocks`/`accumulate` cover only
-        those. Without it (or after that `accumulate`), every candidate gets its 16 slots, unused ones marked −1.
-        The gaps at x are kept for `near`."""
+        those. Without it (or after that `accumulate`), every candidate gets its 16 slots, unused ones marked −1."""
         cs = self.contacts; self._check_x(x, cs)
-        if self._active.shape[0] < cs.count:
-            self._active = wp.zeros(int(1.5 * cs.count) + 16, dtype=wp.int32, device=cs.device)
-            self._gaps = wp.zeros(self._active.shape[0], dtype=wp.float64, device=cs.device)
+        m = self._screen(x, cs)
         self._active_count.zero_()
         if cs.count:
-            wp.launch(_active_kernel, dim=cs.count, device=cs.device, inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat)],
-                      outputs=[self._gaps, self._active_count, self._active])
+            wp.launch(_screened_active_kernel, dim=cs.count, device=cs.device, inputs=[x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
+                      wp.float64(self.dhat + m), wp.float64(self.dhat)], outputs=[self._active_count, self._active])
         self._prepared = (cs, cs.count, int(self._active_count.numpy()[0]))
-        self._gaps_of = (cs, cs.version, cs.count)
 
     def near(self, x: wp.array, reach: float, out: ContactSet | None = None) -> ContactSet:
         """The candidates that can come within d̂ (or collide) while no particle moves more than `reach`/2 from x:
-        a gap changes by at most twice the largest vertex motion, so only those with g(x) < d̂ + reach matter.
-        Uses the gaps of the last `prepare` at this x when the candidate set is unchanged since; `out` is reused when large enough."""
+        a gap changes by at most twice the largest vertex motion, so only those with g(x) < d̂ + reach matter
+        (`out` is reused when large enough)."""
         cs = self.contacts; self._check_x(x, cs)
-        if self._gaps_of != (cs, cs.version, cs.count): self.prepare(x)
+        m = self._screen(x, cs)
         if out is None or out.capacity < cs.count: out = ContactSet.allocate(max(cs.count, 1), device=cs.device)
         self._active_count.zero_()
         if cs.count:
-            wp.launch(_near_kernel, dim=cs.count, device=cs.device, inputs=[self._gaps, wp.float64(self.dhat + reach), cs.pairs, cs.kind, cs.offset],
-                      outputs=[self._active_count, out.pairs, out.kind, out.offset])
+            wp.launch(_screened_near_kernel, dim=cs.count, device=cs.device, inputs=[x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
+                      wp.float64(self.dhat + reach + m), wp.float64(self.dhat + reach)], outputs=[self._active_count, out.pairs, out.kind, out.offset])
         out.count = int(self._active_count.numpy()[0])
         return out
 

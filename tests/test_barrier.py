@@ -13,7 +13,7 @@ from newtonipc_nb.barrier import (EE_CASES, KIND_EE, KIND_SF, KIND_SS, KIND_VT, 
                                   ContactSet, bag_film_model, barrier_test_scene, barrier_values, brute_force_contacts,
                                   contact_keys, crumpled_bag, edge_edge_distance, exact_edge_edge_distance, flattened_bag,
                                   folded_bag, ipctk_distances, sample_configurations, swept_check, vertex_face_distance)
-from newtonipc_nb.inputs import HessianBlocks, IPCModel, bag_scene_builder
+from newtonipc_nb.inputs import HessianBlocks, IPCModel, bag_mesh, bag_scene_builder
 
 ipctk = pytest.importorskip("ipctk")
 
@@ -312,3 +312,20 @@ def test_barrier_term_follows_search(film):
     search.update(_wp(film.rest_q.numpy())); n_rest = term.num_blocks()
     search.update(_wp(X)); assert term.num_blocks() == 16 * search.contacts.count > n_rest
     assert 0 < term.min_gap(_wp(X)) < 1e-3 and np.isfinite(term.energy(_wp(X))) and term.energy(_wp(X)) > 0
+
+
+def test_screened_active_and_near_sets_match_full_evaluation():
+    """`prepare` and `near` skip candidates whose reference gap, less twice the motion since, cannot reach the threshold:
+    on random moves of a folded bag (small, and beyond d̂, which retakes the reference) they match a full evaluation."""
+    V, _ = bag_mesh(); X = folded_bag(V)
+    search = CandidateSearch(bag_film_model("cpu"), device="cpu"); xw = _wp(X); search.update(xw, xw)
+    term = BarrierTerm(search); term.min_gap(xw)
+    rng = np.random.default_rng(0); pairs = search.contacts.pairs.numpy()[:search.contacts.count]
+    for trial in range(60):
+        Y = X + rng.normal(scale=[1e-5, 1e-4, 4e-4][trial % 3], size=X.shape); yw = _wp(Y)
+        g = term.gaps(yw)
+        term.prepare(yw)
+        assert set(term._active.numpy()[:term.active_count()].tolist()) == set(np.flatnonzero((g > 0) & (g < 1e-3)).tolist())
+        reach = [0.0, 1e-4, 1e-3][trial % 3]
+        near = term.near(yw, reach)
+        assert {tuple(p) for p in near.pairs.numpy()[:near.count].tolist()} == {tuple(pairs[c]) for c in np.flatnonzero(g < 1e-3 + reach)}
