@@ -1,0 +1,83 @@
+"""The Newton system's kept pattern and the linear solvers as objects: growth, shrinking, hints, and solver options."""
+import numpy as np
+import pytest
+import warp as wp
+
+from newtonipc_nb.inputs import HessianBlocks
+from newtonipc_nb.linear import LINEAR_SOLVERS, LinearSolveError, NewtonSystem, PardisoSolver, make_linear_solver
+from newtonipc_nb.solver import SolverIPC, hinge_scene
+
+
+def blocks(pairs, scale=1.0):
+    p = np.asarray(pairs, np.int32)
+    vals = np.array([(4.0 if i == j else 0.5) * scale * np.eye(3) for i, j in pairs])
+    return HessianBlocks(wp.array(p[:, 0], dtype=wp.int32), wp.array(p[:, 1], dtype=wp.int32), wp.array(vals, dtype=wp.mat33d))
+
+
+def dense(ns):
+    off, cols, vals = ns.H.offsets.numpy(), ns.H.columns.numpy()[:ns.nnz], ns.H.values.numpy()[:ns.nnz]
+    A = np.zeros((ns.n, 3, ns.n, 3))
+    for r in range(ns.n):
+        for s in range(off[r], off[r + 1]): A[r, :, cols[s], :] = vals[s]
+    return A.reshape(3 * ns.n, 3 * ns.n)
+
+
+def test_pattern_grows_on_a_miss_and_shrinks_when_stale():
+    n = 6
+    ns = NewtonSystem(n, wp.zeros(n, dtype=wp.int32))
+    chain = [(i, i) for i in range(n)] + [(i, i + 1) for i in range(n - 1)] + [(i + 1, i) for i in range(n - 1)]
+    assert ns.assemble(blocks(chain), len(chain)) and ns.nnz == n + 2 * (n - 1)
+    v = ns.version
+    assert not ns.assemble(blocks(chain), len(chain)) and ns.version == v            # same blocks: kept, no re-analysis
+    far = chain + [(0, 5), (5, 0), (0, 4), (4, 0), (1, 5), (5, 1), (1, 4), (4, 1)]
+    assert ns.assemble(blocks(far), len(far)) and ns.nnz > len(chain)                # grown (and beyond 1.5×: rebuilt to these)
+    assert ns.assemble(blocks(chain), len(chain)) is False                           # a subset fits: kept
+    np.testing.assert_allclose(dense(ns), dense_of(chain, n))                        # the stale blocks are zero
+    sparse = [(i, i) for i in range(n)]
+    ns.assemble(blocks(sparse), len(sparse)); assert ns.nnz >= n
+
+
+def dense_of(pairs, n):
+    A = np.zeros((n, 3, n, 3))
+    for i, j in pairs: A[i, :, j, :] += (4.0 if i == j else 0.5) * np.eye(3)
+    return A.reshape(3 * n, 3 * n)
+
+
+def test_stale_hints_never_misplace_a_block():
+    """Triplets whose order changes between assemblies (as contacts come and go) still land in their own blocks."""
+    n = 5
+    pairs = [(i, i) for i in range(n)] + [(0, 3), (3, 0), (1, 2), (2, 1)]
+    ns = NewtonSystem(n, wp.zeros(n, dtype=wp.int32))
+    ns.assemble(blocks(pairs), len(pairs))
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        order = [pairs[k] for k in rng.permutation(len(pairs))]
+        ns.assemble(blocks(order), len(order))
+        np.testing.assert_allclose(dense(ns), dense_of(pairs, n))
+
+
+def test_linear_solver_options():
+    model, s0 = hinge_scene("vt")
+    solver = SolverIPC(model, linear_solver=PardisoSolver(threads=1))
+    assert solver.linear.name == "pardiso" and solver.options["linear_solver"] == "pardiso"
+    solver.step(s0, model.state(), None, None, 1 / 240)
+    assert solver.linear.stats["analyses"] >= 1 and solver.linear.stats["factorisations"] == solver.last_stats.newton_iterations
+    with pytest.raises(ValueError, match="threads"): PardisoSolver(threads=0)
+    with pytest.raises(TypeError, match="linear_solver"): make_linear_solver(3.5)
+    assert make_linear_solver("cholesky").name == "cholespy" and make_linear_solver("auto", device="cpu").name == "pardiso"
+    assert set(LINEAR_SOLVERS) == {"pardiso", "cholespy", "dense", "pcg"}
+
+
+@pytest.mark.parametrize("name", ["pardiso", "cholespy", "dense"])
+def test_indefinite_systems_are_refused(name):
+    """The factorising solvers refuse a matrix that is not positive definite (PCG may still converge on one: the
+    Newton loop's descent check, ∇Φ·Δx < 0, is what guards it)."""
+    ns = NewtonSystem(2, wp.zeros(2, dtype=wp.int32))
+    p = [(0, 0), (1, 1), (0, 1), (1, 0)]
+    vals = np.array([np.eye(3), np.eye(3), 2 * np.eye(3), 2 * np.eye(3)])          # [[1, 2], [2, 1]] ⊗ I: eigenvalue −1
+    hb = HessianBlocks(wp.array(np.array(p)[:, 0].astype(np.int32), dtype=wp.int32), wp.array(np.array(p)[:, 1].astype(np.int32), dtype=wp.int32),
+                       wp.array(vals, dtype=wp.mat33d))
+    ns.assemble(hb, 4); ns.grad.assign(np.ones((2, 3))); ns.finish()
+    solver = make_linear_solver(name)
+    with pytest.raises(LinearSolveError):
+        solver.prepare(ns); solver.solve(ns, wp.zeros(2, dtype=wp.vec3d))
