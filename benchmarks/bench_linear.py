@@ -27,20 +27,10 @@ from newtonipc_nb.linear import make_linear_solver, system_from_bsr
 
 
 def systems_of_saved_run(path, at):
-    "Every Newton system of the bag step after time `at` of a saved run (copied off the observer)."
+    "Every Newton system of the bag step after time `at` of a saved run, copied off the solver's observer."
     from newtonipc_nb.bag import DT, run_bag
-    from newtonipc_nb import bag as bag_module
     kept = []
-    build = bag_module.BagScene.build.__func__
-    def build_observed(cls, device=None, **options):
-        scene = build(cls, device, **options)
-        scene.solver.observer = lambda info: kept.append(info.system.copy())
-        return scene
-    bag_module.BagScene.build = classmethod(build_observed)
-    try:
-        run_bag(at + DT, resume=path, resume_at=at, progress=False)
-    finally:
-        bag_module.BagScene.build = classmethod(build)
+    run_bag(at + DT, resume=path, resume_at=at, progress=False, observer=lambda info: kept.append(info.system.copy()))
     return kept
 
 

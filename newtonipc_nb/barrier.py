@@ -715,7 +715,7 @@ def _resolve_contacts(provider) -> ContactSet:
     raise TypeError(f"contacts must be a ContactSet, an object with a .contacts ContactSet (e.g. CandidateSearch) or a callable returning one; got {type(provider).__name__}")
 
 class BarrierTerm(EnergyTerm):
-    "The IPC log barrier Σ B(g) over the candidates of `contacts` (SPEC.md §4): `dhat` in m, `kappa` = k in N/m."
+    "The IPC log barrier Σ B(g) over the candidates of `contacts`: `dhat` in m, `kappa` = k in N/m."
     def __init__(self, contacts, *, dhat: float = 1e-3, kappa: float = 1000.0):
         if not (dhat > 0 and kappa > 0): raise ValueError(f"BarrierTerm needs dhat > 0 and kappa > 0; got dhat={dhat}, kappa={kappa}")
         cs = _resolve_contacts(contacts)

@@ -232,7 +232,7 @@ def _check_term_arrays(name: str, x: wp.array, device, grad: wp.array | None = N
         raise ValueError(f"{name}: blocks [{offset}, {offset + nb}) do not fit a buffer of {len(blocks)}")
 
 class MembraneTerm(ElementEnergyTerm):
-    "Membrane energy Σ A0 Ψ over `ipc_model.elastic_tri` (SPEC.md §3); `model` is \"stvk\" (default) or \"neohookean\"."
+    "Membrane energy Σ A0 Ψ over `ipc_model.elastic_tri`; `model` is \"stvk\" (default) or \"neohookean\"."
     def __init__(self, ipc_model: IPCModel, model: str = "stvk", *, project: bool = True):
         self.model_name, self._model = model, _model_id(model, "MembraneTerm")
         self.project = bool(project)   # False only for tests: the exact, possibly indefinite Hessian
@@ -387,7 +387,7 @@ def _hinge_accumulate_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=
 
 # %% ../nbs/01_membrane_bending.ipynb #8f371e7e
 class HingeTerm(ElementEnergyTerm):
-    "Bending energy Σ ½ kθ wrap(θ − θ0)² over `ipc_model.hinge` (SPEC.md §3), Gauss–Newton Hessian kθ ∇θ∇θᵀ."
+    "Bending energy Σ ½ kθ wrap(θ − θ0)² over `ipc_model.hinge`, Gauss–Newton Hessian kθ ∇θ∇θᵀ."
     def __init__(self, ipc_model: IPCModel):
         m = ipc_model
         self.device, self.hinge, self.theta0, self.k = m.device, m.hinge, m.hinge_rest_angle, m.hinge_k
@@ -425,7 +425,7 @@ def _hinge_batch(X, theta0, k, device, fn):
             wp.array(t0, dtype=wp.float64, device=d), wp.array(kk, dtype=wp.float64, device=d))
 
 def hinge_angle(X, device=None) -> np.ndarray:
-    "Signed dihedral angles (n,) in radians of hinges `X` (n, 4, 3) in SPEC's (a, b, c, d) order; NaN for a degenerate hinge."
+    "Signed dihedral angles (n,) in radians of hinges `X` (n, 4, 3) in (a, b, c, d) order (opposite, opposite, shared edge); NaN for a degenerate hinge."
     n, d, x, h, t0, k = _hinge_batch(X, 0.0, 0.0, device, "hinge_angle")
     e, th = wp.zeros(n, dtype=wp.float64, device=d), wp.zeros(n, dtype=wp.float64, device=d)
     if n: wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, k], outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
@@ -483,7 +483,7 @@ def _host(a):
     return a.numpy() if isinstance(a, wp.array) else a
 
 class SupportTerm(ElementEnergyTerm):
-    "Temporary supports Σ ½ kᵢ ‖xᵢ − targetᵢ‖² (SPEC.md §3), changeable every step with `set` and removed with `clear`."
+    "Temporary supports Σ ½ kᵢ ‖xᵢ − targetᵢ‖², changeable every step with `set` and removed with `clear`."
     def __init__(self, *, device=None):
         self.device = str(wp.get_device(device))
         self.clear()
@@ -524,7 +524,7 @@ class SupportTerm(ElementEnergyTerm):
                   inputs=[x, self.indices, self.targets, self.stiffness, wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
 
 # %% ../nbs/01_membrane_bending.ipynb #6a749970
-TIE_STIFFNESS = 250.0   # N/m, SPEC.md §3
+TIE_STIFFNESS = 250.0   # N/m
 
 @wp.func
 def _tie_hessian(d: wp.vec3d, L: wp.float64, k: wp.float64, project: wp.int32) -> wp.mat33d:
@@ -586,7 +586,7 @@ def _tie_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp
             vals[base + s] = wp.mat33d()
 
 class TieTerm(ElementEnergyTerm):
-    "The tie Σ ½ k (‖xᵢ − xⱼ‖ − Lᵢⱼ)² over pairs (SPEC.md §3), k = 250 N/m by default; `set` any step, `clear` to remove."
+    "The tie Σ ½ k (‖xᵢ − xⱼ‖ − Lᵢⱼ)² over pairs, k = 250 N/m by default; `set` any step, `clear` to remove."
     def __init__(self, *, device=None, k: float = TIE_STIFFNESS, project: bool = True):
         if not (np.isfinite(k) and k >= 0): raise ValueError(f"TieTerm: k must be finite and ≥ 0, got {k}")
         self.device, self.k, self.project = str(wp.get_device(device)), float(k), bool(project)
@@ -651,7 +651,7 @@ def term_derivatives(term: EnergyTerm, x, device=None) -> tuple[float, np.ndarra
 
 # %% ../nbs/01_membrane_bending.ipynb #e86ab6a6
 def torch_membrane_energy(X, B, area, mu, lam, model: str = "neohookean"):
-    "Per-triangle membrane energy in torch from SPEC.md §3 (X (n, 3, 3), B (n, 3, 2) torch float64 tensors)."
+    "Per-triangle membrane energy in torch from the formulas above (X (n, 3, 3), B (n, 3, 2) torch float64 tensors)."
     import torch
     F = torch.einsum("nai,naj->nij", X, B)
     C = F.transpose(1, 2) @ F

@@ -81,10 +81,10 @@ BOTTOM_RINGS = 3           # rings 1..3 form the flat bottom disc; ring 3 is the
 BOTTOM_RADIUS = 0.054      # m, radius of the bottom corner (ring 3)
 SHOULDER = (0.058, 0.100)  # m, (radius, height) of ring 10, the top of the conical wall
 NECK = (0.0635, 0.110)     # m, (radius, height) of the neck, ring 11
-FLAP_EDGE = 0.0075         # m, each of the four rest edges from the neck to the hem (4 × 7.5 mm = 30 mm, SPEC.md §5)
+FLAP_EDGE = 0.0075         # m, each of the four rest edges from the neck to the hem (4 × 7.5 mm = 30 mm)
 FLAP_FLARE = (0.0025, 0.003, 0.004, 0.005)   # m, radius gained along each flap edge (hem radius 78 mm)
 BIN_RADIUS = 0.062         # m, inner radius of the open bin
-BIN_HEIGHT = 0.106         # m, SPEC.md §5
+BIN_HEIGHT = 0.106         # m
 
 def ring_vertices(k: int) -> np.ndarray:
     "The int32 vertex indices of ring `k` (1…15) of the bag mesh, column by column."
@@ -106,7 +106,7 @@ def _ring_profile() -> tuple[np.ndarray, np.ndarray]:
     return r, z
 
 def bag_mesh() -> tuple[np.ndarray, np.ndarray]:
-    "The open garbage bag of SPEC.md §5: `(vertices (481, 3) float64, faces (928, 3) int32)`, normals pointing outward."
+    "The open garbage bag: `(vertices (481, 3) float64, faces (928, 3) int32)`, normals pointing outward."
     r, z = _ring_profile()
     phi = 2.0 * np.pi * np.arange(N_COLUMNS) / N_COLUMNS
     rings = np.stack([np.stack([rk * np.cos(phi), rk * np.sin(phi), np.full(N_COLUMNS, zk)], axis=1)
@@ -316,7 +316,7 @@ def _hinges(model, xr, n, fixed):
     return h.astype(np.int32), theta0, k_theta, e[:, 2:].astype(np.int32).copy()
 
 # %% ../nbs/00_inputs.ipynb #9af557c8
-SPHERE_RADII = (0.026, 0.026, 0.026, 0.012, 0.012, 0.012, 0.025)   # m, SPEC.md §5
+SPHERE_RADII = (0.026, 0.026, 0.026, 0.012, 0.012, 0.012, 0.025)   # m
 SPHERE_DENSITY = 250.0                                              # kg/m³
 
 def bin_mesh(radius: float = BIN_RADIUS, height: float = BIN_HEIGHT, segments: int = 32, center=(0.0, 0.0)) -> tuple[np.ndarray, np.ndarray]:

@@ -124,7 +124,6 @@ class NewtonSystem:
         self._hint = wp.full(1, -1, dtype=wp.int32, device=d)       # per triplet: the block it was added to last time
         self._bad = wp.zeros(1, dtype=wp.int32, device=d)
         self.version = 0                    # bumped whenever the pattern changes: linear solvers re-analyse
-        self.stats = dict(patterns=0)
         self._keys = np.zeros(0, np.int64)
         self._fresh_nnz = n
         self._set_pattern(np.arange(n, dtype=np.int64) * (n + 1))
@@ -143,7 +142,6 @@ class NewtonSystem:
         self.block_rows = wp.array(r, dtype=wp.int32, device=d)
         self.diag = wp.array(np.searchsorted(keys, np.arange(n, dtype=np.int64) * (n + 1)).astype(np.int32), dtype=wp.int32, device=d)
         self.version += 1
-        self.stats["patterns"] += 1
 
     def _triplet_keys(self, blocks: HessianBlocks, count: int) -> np.ndarray:
         r, c = blocks.rows.numpy()[:count].astype(np.int64), blocks.cols.numpy()[:count].astype(np.int64)
@@ -168,9 +166,9 @@ class NewtonSystem:
                 return attempt > 0
             keys = self._triplet_keys(blocks, count)
             union = np.union1d(self._keys, keys)
-            if len(union) > 1.5 * self._fresh_nnz:
-                union = keys; self._fresh_nnz = len(keys) + self.n
-            self._set_pattern(union)
+            shrink = len(union) > 1.5 * self._fresh_nnz
+            self._set_pattern(keys if shrink else union)
+            if shrink: self._fresh_nnz = self.nnz
         raise AssertionError("a block is still missing after the pattern was rebuilt")
 
     def finish(self):

@@ -19,7 +19,7 @@ import newton
 from .inputs import IPCModel, HessianBlocks, EnergyTerm
 from .elastic import MembraneTerm, HingeTerm, SupportTerm, TieTerm
 from .barrier import CandidateSearch, BarrierTerm, KIND_VT, KIND_EE, KIND_SF, KIND_SS
-from .ccd import ACCD_ETA, ACCD_MAX_ITER, _accd_contacts_kernel, _normal_bound_kernel, fp32_gap_check, count_intersections
+from .ccd import ACCD_ETA, ACCD_MAX_ITER, _accd_contacts_kernel, _normal_bound_kernel, bound_from_minimum, fp32_gap_check, count_intersections
 from .friction import FrictionTerm
 from .linear import LinearSolveError, LinearSolver, NewtonSystem, make_linear_solver, solve_linear
 
@@ -290,17 +290,17 @@ def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
     if m == 0: return 1.0
     d = self.device
     self._alpha.fill_(math.inf)
-    if self.options["step_bound"] == "accd":
+    method = self.options["step_bound"]
+    if method == "accd":
         if self._bounds.shape[0] < m: self._bounds = wp.zeros(int(1.5 * m), dtype=wp.vec2d, device=d)
         wp.launch(_accd_contacts_kernel, dim=m, device=d, outputs=[self._bounds],
                   inputs=[x, dx, cs.pairs, cs.kind, cs.offset, wp.float64(ACCD_ETA), wp.int32(ACCD_MAX_ITER)])
         wp.launch(_min_toi, dim=m, inputs=[self._bounds, self._alpha], device=d)
-        return min(1.0, max(0.0, float(self._alpha.numpy()[0])))
-    if self._bounds_n.shape[0] < m: self._bounds_n = wp.zeros(int(1.5 * m), dtype=wp.float64, device=d)
-    wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[x, dx, cs.pairs, cs.kind, cs.offset], outputs=[self._bounds_n])
-    wp.launch(_min_bound, dim=m, inputs=[self._bounds_n, self._alpha], device=d)
-    b = float(self._alpha.numpy()[0])
-    return 1.0 if b > 1.0 else max(0.0, 0.9 * b)
+    else:
+        if self._bounds_n.shape[0] < m: self._bounds_n = wp.zeros(int(1.5 * m), dtype=wp.float64, device=d)
+        wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[x, dx, cs.pairs, cs.kind, cs.offset], outputs=[self._bounds_n])
+        wp.launch(_min_bound, dim=m, inputs=[self._bounds_n, self._alpha], device=d)
+    return bound_from_minimum(float(self._alpha.numpy()[0]), method)
 
 # %% ../nbs/05_solver.ipynb #66803756
 @patch

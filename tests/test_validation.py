@@ -14,7 +14,7 @@ EXPECTED = ["VT scene, 12 steps: min mid-surface distance (µm)", "EE scene, 12 
             "EE assembled ∇Φ vs central differences of Φ", "swept candidates, 17 instants (24 steps, VT + EE)",
             "linear relative residual, pardiso (default on the CPU)", "linear relative residual, cholespy",
             "linear relative residual, dense", "linear relative residual, pcg",
-            "fast crossing α, seed normal bound", "fast crossing α, additive CCD (default)",
+            "fast crossing α, reference normal bound", "fast crossing α, additive CCD (default)",
             "VT GPU vs CPU, 6 steps (StVK)", "EE GPU vs CPU, 6 steps (StVK)",
             "bag smoke: 2 steps, Neo-Hookean, 7 spheres, bin, floor"]
 
