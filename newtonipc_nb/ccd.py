@@ -296,11 +296,11 @@ def fp32_gap_check(contacts: ContactSet, x64, device=None) -> tuple[bool, float,
 CCD_QUERY_KINDS = ("vertex-face", "edge-edge")
 
 def ccd_queries_dir() -> Path | None:
-    "The sample-query folder: `$NEWTONIPC_CCD_QUERIES`, else `../shared/data/ccd-sample-queries` beside the repository; None if absent."
+    "The sample-query folder: `$NEWTONIPC_CCD_QUERIES`, else the repository's `nbs/data/ccd-sample-queries`; None if absent."
     import newtonipc_nb
     env = os.environ.get("NEWTONIPC_CCD_QUERIES")
     repo = Path(newtonipc_nb.__file__).resolve().parents[1]          # the repository root of an editable install
-    p = Path(env) if env else repo.parent / "shared" / "data" / "ccd-sample-queries"
+    p = Path(env) if env else repo / "nbs" / "data" / "ccd-sample-queries"
     return p if p.is_dir() else None
 
 @dataclass
@@ -334,7 +334,7 @@ def load_ccd_queries(root=None, *, kinds=CCD_QUERY_KINDS, scenes=None, limit_per
     "All sample-query files under `root` (default `ccd_queries_dir()`), one `QueryBatch` per CSV, sorted by scene, kind and file."
     root = Path(root) if root is not None else ccd_queries_dir()
     if root is None or not Path(root).is_dir():
-        raise FileNotFoundError("CCD sample queries not found: expected ../shared/data/ccd-sample-queries beside the repository or $NEWTONIPC_CCD_QUERIES")
+        raise FileNotFoundError("CCD sample queries not found: expected nbs/data/ccd-sample-queries in the repository (an editable install) or $NEWTONIPC_CCD_QUERIES")
     out = []
     for scene_dir in sorted(p for p in Path(root).iterdir() if p.is_dir()):
         if scenes is not None and scene_dir.name not in scenes: continue

@@ -13,8 +13,7 @@ from newtonipc_nb.barrier import (KIND_EE, KIND_SF, KIND_SS, KIND_VT, CandidateS
 from newtonipc_nb.inputs import bag_mesh
 
 ROOT = Path(__file__).resolve().parents[1]
-QUERIES = ROOT.parent / "shared" / "data" / "ccd-sample-queries"
-need_queries = pytest.mark.skipif(not QUERIES.is_dir(), reason=f"CCD sample queries not found at {QUERIES} (../shared/data relative to the repository root)")
+QUERIES = ROOT / "nbs" / "data" / "ccd-sample-queries"
 ipctk = pytest.importorskip("ipctk")
 ipctk.set_logger_level(ipctk.LoggerLevel.error)
 
@@ -205,7 +204,6 @@ def test_fp32_gap_check():
 
 # ---------------------------------------------------------------- sample queries (Wang et al. 2021)
 
-@need_queries
 def test_sample_queries_subset_no_false_negatives():
     batches = ccd.load_ccd_queries(QUERIES, limit_per_file=40)
     assert {b.kind for b in batches} == set(ccd.CCD_QUERY_KINDS) and len({b.scene for b in batches}) >= 10
@@ -215,7 +213,6 @@ def test_sample_queries_subset_no_false_negatives():
     assert rep.collisions.sum() > 50
 
 
-@need_queries
 def test_query_reader_format(tmp_path):
     f = next(QUERIES.glob("*/vertex-face/*.csv"))
     b = ccd.read_query_file(f, limit=3)
@@ -226,7 +223,6 @@ def test_query_reader_format(tmp_path):
 
 
 @pytest.mark.slow
-@need_queries
 def test_sample_queries_full_no_false_negatives_beside_ipctk():
     rep = ccd.ccd_query_report(ccd.load_ccd_queries(QUERIES), with_ipctk=True)
     assert rep.queries.sum() > 7000
