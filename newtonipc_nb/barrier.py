@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import warp as wp
 
+from .checks import float_array, vec3d_array
 from .inputs import EnergyTerm, HessianBlocks, IPCModel
 
 # %% auto #0
@@ -260,18 +261,8 @@ def _batch_weights_kernel(x: wp.array(dtype=wp.vec3d, ndim=2), kind: wp.int32,
     weights[i] = w
     dist[i] = wp.length(weighted_sum(w, x[i, 0], x[i, 1], x[i, 2], x[i, 3]))
 
-def _check_configs(x, name: str) -> np.ndarray:
-    "Validate a (n, 4, 3) float64 array of configurations; returns it as a C-contiguous array (never the caller's buffer modified)."
-    if isinstance(x, wp.array): x = x.numpy()
-    if not isinstance(x, np.ndarray): raise TypeError(f"{name}: x must be a numpy array of shape (n, 4, 3), got {type(x).__name__}")
-    if x.dtype != np.float64: raise TypeError(f"{name}: x must have dtype float64, got {x.dtype}")
-    if x.ndim != 3 or x.shape[1:] != (4, 3): raise ValueError(f"{name}: x must have shape (n, 4, 3), got {x.shape}")
-    if not np.all(np.isfinite(x)):
-        i = int(np.flatnonzero(~np.isfinite(x).all(axis=(1, 2)))[0]); raise ValueError(f"{name}: configuration {i} has a non-finite coordinate")
-    return np.ascontiguousarray(x)
-
 def _batch(x, kind, name, device):
-    x = _check_configs(x, name)
+    x = float_array(x, "x", (None, 4, 3), fn=name)
     n = x.shape[0]
     if n == 0: return np.zeros(0), np.zeros((0, 4))
     xa = wp.array(x, dtype=wp.vec3d, device=device)
@@ -506,14 +497,6 @@ def _outside_boxes(xs: wp.array(dtype=wp.vec3d), xe: wp.array(dtype=wp.vec3d), l
             out[0] = 1
 
 # %% ../nbs/02_contact_barrier.ipynb #d25ec588
-def _check_positions(x, n: int, device, name: str) -> wp.array:
-    "Check that `x` is a wp.array of vec3d with one entry per particle on `device`."
-    if not isinstance(x, wp.array): raise TypeError(f"{name} must be a wp.array(dtype=wp.vec3d), got {type(x).__name__}")
-    if x.dtype != wp.vec3d: raise TypeError(f"{name} must have dtype wp.vec3d, got {wp.types.type_repr(x.dtype)}")
-    if x.ndim != 1 or x.shape[0] != n: raise ValueError(f"{name} must hold one vec3d per particle ({n}), got shape {x.shape}")
-    if str(x.device) != str(device): raise ValueError(f"{name} is on device {x.device}, the search runs on {device}")
-    return x
-
 class CandidateSearch:
     "Swept BVH contact-candidate search over an `IPCModel` with skin reuse; `update(x_start, x_end)` returns the `ContactSet`."
     def __init__(self, model: IPCModel, *, dhat: float = 1e-3, min_gap: float = 3e-5, skin: float = 1.5e-3,
@@ -544,8 +527,8 @@ class CandidateSearch:
     def covers(self, x_start: wp.array, x_end: wp.array | None = None) -> bool:
         "True when every particle's start and end positions lie in the boxes the current set was built with (the reuse rule)."
         if not self.built: return False
-        x_start = _check_positions(x_start, self.n, self.device, "x_start")
-        x_end = x_start if x_end is None else _check_positions(x_end, self.n, self.device, "x_end")
+        x_start = vec3d_array(x_start, "x_start", fn="CandidateSearch", n=self.n, device=self.device, same_device=True)
+        x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n, device=self.device, same_device=True)
         self._flag.zero_()
         wp.launch(_outside_boxes, dim=self.n, inputs=[x_start, x_end, self.lo, self.hi], outputs=[self._flag], device=self.device)
         return int(self._flag.numpy()[0]) == 0
@@ -560,8 +543,8 @@ class CandidateSearch:
     def build(self, x_start: wp.array, x_end: wp.array | None = None) -> ContactSet:
         "Rebuild the candidates of the motion x_start → x_end with boxes grown by the skin."
         d = self.device
-        x_start = _check_positions(x_start, self.n, d, "x_start")
-        x_end = x_start if x_end is None else _check_positions(x_end, self.n, d, "x_end")
+        x_start = vec3d_array(x_start, "x_start", fn="CandidateSearch", n=self.n, device=d, same_device=True)
+        x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n, device=d, same_device=True)
         self._flag.zero_()
         wp.launch(_particle_boxes, dim=self.n, inputs=[x_start, x_end, wp.float64(self.skin)], outputs=[self.lo, self.hi, self._flag], device=d)
         bad = int(self._flag.numpy()[0])
@@ -729,9 +712,8 @@ class BarrierTerm(EnergyTerm):
     def contacts(self) -> ContactSet: return _resolve_contacts(self.provider)
 
     def _check_x(self, x, cs, name="x"):
-        if not isinstance(x, wp.array) or x.dtype != wp.vec3d or x.ndim != 1:
-            raise TypeError(f"BarrierTerm: {name} must be a 1-d wp.array(dtype=wp.vec3d)")
-        if str(x.device) != str(cs.device): raise ValueError(f"BarrierTerm: {name} is on {x.device}, the contacts on {cs.device}")
+        if not isinstance(x, wp.array): raise TypeError(f"BarrierTerm: {name} must be a 1-d wp.array(dtype=wp.vec3d)")
+        vec3d_array(x, name, fn="BarrierTerm", device=cs.device, same_device=True)
 
     def gaps(self, x: wp.array) -> np.ndarray:
         "The gap g = ‖r‖ − c of every candidate (host array, metres)."

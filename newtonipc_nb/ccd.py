@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import time
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 import warp as wp
 
+from .checks import choice, float_array, index_array, non_negative, option, vec3d_array
 from .barrier import KIND_EE, KIND_SF, KIND_SS, KIND_VT, ContactSet, candidate_weights, weighted_sum
 from .inputs import bag_mesh
 
@@ -152,19 +154,14 @@ ACCD_MAX_ITER = 100_000     # iteration cap; on reaching it the safe time accumu
 
 def _check_batch(x0, x1, name: str) -> tuple[np.ndarray, np.ndarray]:
     "Validate a pair of (n, 4, 3) start/end arrays; returns float64 copies."
-    a, b = np.asarray(x0), np.asarray(x1)
-    for arr, what in ((a, "x0"), (b, "x1")):
-        if arr.ndim != 3 or arr.shape[1:] != (4, 3): raise ValueError(f"{name}: {what} must have shape (n, 4, 3), got {arr.shape}")
+    a, b = float_array(x0, "x0", (None, 4, 3), fn=name), float_array(x1, "x1", (None, 4, 3), fn=name)
     if a.shape != b.shape: raise ValueError(f"{name}: x0 has shape {a.shape} but x1 has {b.shape}")
-    a, b = np.array(a, dtype=np.float64), np.array(b, dtype=np.float64)
-    bad = ~(np.isfinite(a).all((1, 2)) & np.isfinite(b).all((1, 2)))
-    if bad.any(): raise ValueError(f"{name}: pair {int(np.flatnonzero(bad)[0])} has a non-finite coordinate")
     return a, b
 
 def _check_accd_args(min_gap, eta, max_iter, name):
-    if not (min_gap >= 0 and math.isfinite(min_gap)): raise ValueError(f"{name}: min_gap must be finite and ≥ 0, got {min_gap}")
-    if not (0.0 < eta < 1.0): raise ValueError(f"{name}: eta must lie in (0, 1), got {eta}")
-    if not (int(max_iter) >= 1): raise ValueError(f"{name}: max_iter must be ≥ 1, got {max_iter}")
+    non_negative(min_gap, "min_gap", fn=name)
+    option(eta, "eta", fn=name, ok=lambda v: 0.0 < v < 1.0, rule="in (0, 1)")
+    option(max_iter, "max_iter", fn=name, kind=numbers.Integral, ok=lambda v: v >= 1, rule="an integer ≥ 1")
 
 def _batch_toi(x0, x1, kind, min_gap, eta, max_iter, device, name, iterations=False):
     _check_accd_args(min_gap, eta, max_iter, name)
@@ -192,19 +189,6 @@ def edge_edge_toi(x0, x1, min_gap: float = 0.0, device=None, *, eta: float = ACC
 # %% ../nbs/03_ccd.ipynb #7a2d231c
 STEP_METHODS = ("accd", "normal")
 
-def _as_vec3d(x, n: int | None, device, name: str) -> wp.array:
-    "A wp.array(dtype=vec3d) on `device` from a wp.array or an (N, 3) array (never modifies the caller's)."
-    if isinstance(x, wp.array):
-        if x.dtype != wp.vec3d: raise TypeError(f"{name} must have dtype wp.vec3d, got {wp.types.type_repr(x.dtype)}")
-        if x.ndim != 1: raise ValueError(f"{name} must be one-dimensional, got shape {x.shape}")
-        arr = x if str(x.device) == str(device) else wp.clone(x, device=device)
-    else:
-        a = np.asarray(x, dtype=np.float64)
-        if a.ndim != 2 or a.shape[1] != 3: raise ValueError(f"{name} must have shape (N, 3), got {a.shape}")
-        arr = wp.array(a, dtype=wp.vec3d, device=device)
-    if n is not None and arr.shape[0] != n: raise ValueError(f"{name} has {arr.shape[0]} particles, expected {n}")
-    return arr
-
 def _check_contacts(contacts, n: int, name: str):
     if not isinstance(contacts, ContactSet): raise TypeError(f"{name}: contacts must be a ContactSet, got {type(contacts).__name__}")
     if contacts.count < 0 or contacts.count > contacts.capacity:
@@ -218,10 +202,10 @@ def _check_contacts(contacts, n: int, name: str):
 def candidate_step_bounds(contacts: ContactSet, x, dx, *, method: str = "accd", eta: float = ACCD_ETA,
                           max_iter: int = ACCD_MAX_ITER, device=None) -> np.ndarray:
     "Per-candidate safe fraction of the move x → x + dx: ACCD time of impact, or the reference implementation's g/approach (`method='normal'`, +inf when not approaching)."
-    if method not in STEP_METHODS: raise ValueError(f"step bound method must be one of {STEP_METHODS}, got {method!r}")
+    choice(method, "method", STEP_METHODS, fn="step_bound")
     d = wp.get_device(device if device is not None else contacts.device)
-    xa = _as_vec3d(x, None, d, "x"); n = xa.shape[0]
-    dxa = _as_vec3d(dx, n, d, "dx")
+    xa = vec3d_array(x, "x", fn="step_bound", device=d); n = xa.shape[0]
+    dxa = vec3d_array(dx, "dx", fn="step_bound", n=n, device=d)
     _check_contacts(contacts, n, "step_bound")
     m = contacts.count
     if m == 0: return np.zeros(0)
@@ -276,7 +260,7 @@ def _fp32_gap_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i
 def fp32_gaps(contacts: ContactSet, x64, device=None, *, tolerance: bool = False):
     "Each candidate's gap g = ‖Σ wᵢ xᵢ‖ − c recomputed in FP64 from the positions rounded to FP32 (and, with `tolerance`, the FP64 allowance ε_fp)."
     d = wp.get_device(device if device is not None else contacts.device)
-    xa = _as_vec3d(x64, None, d, "x64")
+    xa = vec3d_array(x64, "x64", fn="fp32_gaps", device=d)
     _check_contacts(contacts, xa.shape[0], "fp32_gap_check")
     m = contacts.count
     if m == 0: return (np.zeros(0), np.zeros(0)) if tolerance else np.zeros(0)
@@ -836,13 +820,8 @@ def tri_tri_intersect(P, Q, device=None) -> np.ndarray:
 
 # %% ../nbs/03_ccd.ipynb #a49111a9
 def _check_mesh(vertices, faces, name: str):
-    V = np.asarray(vertices, dtype=np.float64); F = np.asarray(faces)
-    if V.ndim != 2 or V.shape[1] != 3: raise ValueError(f"{name}: vertices must have shape (n, 3), got {V.shape}")
-    if F.ndim != 2 or F.shape[1] != 3: raise ValueError(f"{name}: faces must have shape (m, 3), got {F.shape}")
-    if not np.issubdtype(F.dtype, np.integer): raise TypeError(f"{name}: faces must be integers, got {F.dtype}")
-    if F.size and (F.min() < 0 or F.max() >= len(V)): raise ValueError(f"{name}: faces reference vertices outside 0..{len(V) - 1}")
-    if not np.isfinite(V).all(): raise ValueError(f"{name}: vertex {int(np.flatnonzero(~np.isfinite(V).all(1))[0])} is not finite")
-    return np.array(V, dtype=np.float64), np.array(F, dtype=np.int32)
+    V = float_array(vertices, "vertices", (None, 3), fn=name)
+    return V, index_array(faces, "faces", (None, 3), fn=name, upper=len(V))
 
 def intersecting_pairs(vertices, faces, device=None, *, stats: dict | None = None) -> np.ndarray:
     "Pairs (k, 2) of face indices i < j of triangles that meet in more than the vertex or edge they share (exact test, BVH broad phase)."

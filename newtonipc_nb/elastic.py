@@ -10,6 +10,7 @@ import math
 import numpy as np
 import warp as wp
 
+from .checks import choice, float_array, index_array
 from .inputs import BAG_FILM, ElementEnergyTerm, EnergyTerm, HessianBlocks, IPCModel, mat32d
 
 # %% auto #0
@@ -19,31 +20,15 @@ __all__ = ['MEMBRANE_MODELS', 'TIE_STIFFNESS', 'triangle_rest_shape', 'MembraneT
            'random_triangles', 'torch_agreement']
 
 # %% ../nbs/01_membrane_bending.ipynb #cd4d5f60
-def _as_float_array(a, name: str, shape_tail: tuple, fn: str) -> np.ndarray:
-    "A float64 copy of `a` with shape (n, *shape_tail), or a ValueError naming what is wrong."
-    try:
-        arr = np.array(a, dtype=np.float64, copy=True)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{fn}: {name} must be a numeric array, got {type(a).__name__}") from err
-    if arr.ndim != 1 + len(shape_tail) or arr.shape[1:] != shape_tail:
-        want = "(n, " + ", ".join(map(str, shape_tail)) + ")" if shape_tail else "(n,)"
-        raise ValueError(f"{fn}: {name} must have shape {want}, got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        i = int(np.flatnonzero(~np.isfinite(arr.reshape(arr.shape[0], -1)).all(1))[0])
-        raise ValueError(f"{fn}: {name}[{i}] has a non-finite value")
-    return arr
-
 def _per_element(v, n: int, name: str, fn: str) -> np.ndarray:
     "A scalar or (n,) coefficient as an (n,) float64 copy."
-    arr = np.array(v, dtype=np.float64, copy=True)
-    if arr.ndim == 0: arr = np.full(n, float(arr))
-    if arr.shape != (n,): raise ValueError(f"{fn}: {name} must be a scalar or have shape ({n},), got {arr.shape}")
-    if not np.all(np.isfinite(arr)): raise ValueError(f"{fn}: {name} has a non-finite value")
-    return arr
+    arr = np.full(n, v, dtype=np.float64) if np.ndim(v) == 0 else v
+    if np.shape(arr) != (n,): raise ValueError(f"{fn}: {name} must be a scalar or have shape ({n},), got {np.shape(arr)}")
+    return float_array(arr, name, (n,), fn=fn)
 
 def triangle_rest_shape(X0) -> tuple[np.ndarray, np.ndarray]:
     "B (n, 3, 2) and rest area A0 (n,) of rest triangles `X0` (n, 3, 3), as Newton's `tri_poses` gives them."
-    X0 = _as_float_array(X0, "X0", (3, 3), "triangle_rest_shape")
+    X0 = float_array(X0, "X0", (None, 3, 3), fn="triangle_rest_shape")
     e1, e2 = X0[:, 1] - X0[:, 0], X0[:, 2] - X0[:, 0]
     l1 = np.linalg.norm(e1, axis=1)
     u = e1 / np.where(l1 > 0, l1, 1.0)[:, None]
@@ -216,8 +201,7 @@ def _membrane_accumulate_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype
 
 # %% ../nbs/01_membrane_bending.ipynb #4ab34967
 def _model_id(model: str, fn: str) -> int:
-    if model not in MEMBRANE_MODELS: raise ValueError(f"{fn}: model must be one of {sorted(MEMBRANE_MODELS)}, got {model!r}")
-    return MEMBRANE_MODELS[model]
+    return MEMBRANE_MODELS[choice(model, "model", sorted(MEMBRANE_MODELS), fn=fn)]
 
 def _check_term_arrays(name: str, x: wp.array, device, grad: wp.array | None = None, blocks=None, offset: int = 0, nb: int = 0, n_min: int = 0):
     "Shape, dtype and device checks shared by the terms' entry points."
@@ -267,8 +251,8 @@ class MembraneTerm(ElementEnergyTerm):
 
 # %% ../nbs/01_membrane_bending.ipynb #6604067b
 def _membrane_batch(X, B, area, mu, lam, model, device, fn):
-    X = _as_float_array(X, "X", (3, 3), fn); n = X.shape[0]
-    B = _as_float_array(B, "B", (3, 2), fn); area = _as_float_array(area, "area", (), fn)
+    X = float_array(X, "X", (None, 3, 3), fn=fn); n = X.shape[0]
+    B = float_array(B, "B", (None, 3, 2), fn=fn); area = float_array(area, "area", (None,), fn=fn)
     if B.shape[0] != n or area.shape[0] != n: raise ValueError(f"{fn}: X, B and area must have the same length, got {n}, {B.shape[0]}, {area.shape[0]}")
     if np.any(area <= 0): raise ValueError(f"{fn}: area[{int(np.flatnonzero(area <= 0)[0])}] must be > 0 (a non-degenerate rest triangle)")
     mu, lam = _per_element(mu, n, "mu", fn), _per_element(lam, n, "lam", fn)
@@ -418,7 +402,7 @@ class HingeTerm(ElementEnergyTerm):
 
 # %% ../nbs/01_membrane_bending.ipynb #10a03a65
 def _hinge_batch(X, theta0, k, device, fn):
-    X = _as_float_array(X, "X", (4, 3), fn); n = X.shape[0]
+    X = float_array(X, "X", (None, 4, 3), fn=fn); n = X.shape[0]
     t0, kk = _per_element(theta0, n, "theta0", fn), _per_element(k, n, "k", fn)
     d = str(wp.get_device(device))
     return (n, d, wp.array(X.reshape(-1, 3), dtype=wp.vec3d, device=d), wp.array(np.arange(4 * n, dtype=np.int32).reshape(n, 4), dtype=wp.int32, device=d),
@@ -469,16 +453,6 @@ def _support_accumulate_kernel(x: wp.array(dtype=wp.vec3d), idx: wp.array(dtype=
         cols[offset + s] = -1
         vals[offset + s] = wp.mat33d()
 
-def _index_array(a, name: str, shape_tail: tuple, fn: str) -> np.ndarray:
-    "An int32 copy of integer indices `a` of shape (n, *shape_tail), all ≥ 0."
-    arr = np.array(a, copy=True)
-    if arr.size == 0: arr = arr.reshape((0,) + shape_tail).astype(np.int32)
-    if not np.issubdtype(arr.dtype, np.integer): raise ValueError(f"{fn}: {name} must hold integers, got dtype {arr.dtype}")
-    if arr.ndim != 1 + len(shape_tail) or arr.shape[1:] != shape_tail:
-        raise ValueError(f"{fn}: {name} must have shape {'(n, ' + ', '.join(map(str, shape_tail)) + ')' if shape_tail else '(n,)'}, got {arr.shape}")
-    if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(np.int32).max): raise ValueError(f"{fn}: {name} holds a negative or too large particle index")
-    return arr.astype(np.int32)
-
 def _host(a):
     return a.numpy() if isinstance(a, wp.array) else a
 
@@ -498,8 +472,8 @@ class SupportTerm(ElementEnergyTerm):
     def set(self, indices, targets, stiffness) -> None:
         "Replace the supports: particles `indices` (n,), `targets` (n, 3) in m, `stiffness` scalar or (n,) in N/m (≥ 0)."
         fn = "SupportTerm.set"
-        idx = _index_array(_host(indices), "indices", (), fn); n = idx.shape[0]
-        t = _as_float_array(_host(targets), "targets", (3,), fn)
+        idx = index_array(_host(indices), "indices", (None,), fn=fn); n = idx.shape[0]
+        t = float_array(_host(targets), "targets", (None, 3), fn=fn)
         if t.shape[0] != n: raise ValueError(f"{fn}: targets has {t.shape[0]} rows for {n} indices")
         k = _per_element(_host(stiffness), n, "stiffness", fn)
         if np.any(k < 0): raise ValueError(f"{fn}: stiffness[{int(np.flatnonzero(k < 0)[0])}] is negative")
@@ -602,8 +576,8 @@ class TieTerm(ElementEnergyTerm):
     def set(self, pairs, rest_lengths, stiffness=None) -> None:
         "Replace the tie: particle `pairs` (m, 2), `rest_lengths` (m,) in m (≥ 0), `stiffness` scalar or (m,) N/m (default: the term's k)."
         fn = "TieTerm.set"
-        pr = _index_array(_host(pairs), "pairs", (2,), fn); m = pr.shape[0]
-        L = _as_float_array(_host(rest_lengths), "rest_lengths", (), fn) if m or np.size(rest_lengths) else np.zeros(0)
+        pr = index_array(_host(pairs), "pairs", (None, 2), fn=fn); m = pr.shape[0]
+        L = float_array(_host(rest_lengths), "rest_lengths", (None,), fn=fn) if m or np.size(rest_lengths) else np.zeros(0)
         if L.shape[0] != m: raise ValueError(f"{fn}: rest_lengths has {L.shape[0]} entries for {m} pairs")
         if np.any(L < 0): raise ValueError(f"{fn}: rest_lengths[{int(np.flatnonzero(L < 0)[0])}] is negative")
         if np.any(pr[:, 0] == pr[:, 1]): raise ValueError(f"{fn}: pair {int(np.flatnonzero(pr[:, 0] == pr[:, 1])[0])} joins a particle to itself")
@@ -638,7 +612,7 @@ class TieTerm(ElementEnergyTerm):
 # %% ../nbs/01_membrane_bending.ipynb #82c73807
 def term_derivatives(term: EnergyTerm, x, device=None) -> tuple[float, np.ndarray, np.ndarray]:
     "Energy, gradient (N, 3) and dense assembled Hessian (3N, 3N) of `term` at positions `x` (N, 3)."
-    x = _as_float_array(x, "x", (3,), "term_derivatives"); n = x.shape[0]
+    x = float_array(x, "x", (None, 3), fn="term_derivatives"); n = x.shape[0]
     d = str(wp.get_device(device if device is not None else getattr(term, "device", None)))
     xw = wp.array(x, dtype=wp.vec3d, device=d); g = wp.zeros(n, dtype=wp.vec3d, device=d)
     nb = term.num_blocks(); hb = HessianBlocks.allocate(nb, device=d)

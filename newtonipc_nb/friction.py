@@ -11,6 +11,7 @@ import time
 import numpy as np
 import warp as wp
 
+from .checks import non_negative, positive
 from .inputs import ElementEnergyTerm, HessianBlocks
 from .barrier import candidate_weights, barrier_d1
 
@@ -82,7 +83,10 @@ def _friction_accumulate(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3
 class FrictionTerm(ElementEnergyTerm):
     "Lagged smoothed friction over the contact candidates of `search` (a `CandidateSearch`); μ = `mu`."
     def __init__(self, search, *, mu: float = 0.35, dhat: float = 1.0e-3, kappa: float = 1000.0, sliding_speed: float = 1.0e-3):
-        if mu < 0: raise ValueError(f"friction coefficient must be ≥ 0, got {mu}")
+        fn = "FrictionTerm"
+        if not hasattr(search, "contacts"): raise TypeError(f"{fn}: search must be a CandidateSearch, got {type(search).__name__}")
+        non_negative(mu, "mu", fn=fn)
+        for name, v in (("dhat", dhat), ("kappa", kappa), ("sliding_speed", sliding_speed)): positive(v, name, fn=fn)
         self.search, self.mu, self.dhat, self.kappa, self.sliding_speed = search, mu, dhat, kappa, sliding_speed
         self.device = search.device
         self.clear()

@@ -16,6 +16,7 @@ import numpy as np
 import warp as wp
 
 import newton
+from .checks import choice, non_negative, option, positive
 from .inputs import IPCModel, HessianBlocks, EnergyTerm
 from .elastic import MembraneTerm, HingeTerm, SupportTerm, TieTerm
 from .barrier import CandidateSearch, BarrierTerm, KIND_VT, KIND_EE, KIND_SF, KIND_SS
@@ -105,13 +106,6 @@ def _min_toi(b: wp.array(dtype=wp.vec2d), out: wp.array(dtype=wp.float64)):
 def _min_bound(b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
     wp.atomic_min(out, 0, b[wp.tid()])
 
-# %% ../nbs/05_solver.ipynb #9c609981
-def _option(name, value, kind, ok, rule):
-    "Check one solver option: `kind` a type (or tuple), `ok` a predicate; raise ValueError naming the option and the rule."
-    if isinstance(value, bool) or not isinstance(value, kind) or not ok(value):
-        raise ValueError(f"SolverIPC: option {name} must be {rule}, got {value!r}")
-    return value
-
 # %% ../nbs/05_solver.ipynb #9c609980
 class SolverIPC(newton.solvers.SolverBase):
     """Incremental Potential Contact for thin films with sphere contents.
@@ -131,16 +125,15 @@ class SolverIPC(newton.solvers.SolverBase):
                  line_search_trials: int = 48, max_subdivisions: int = 7, step_bound: str = "accd",
                  linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None):
         super().__init__(model)
-        real, pos = numbers.Real, lambda v: math.isfinite(v) and v > 0
-        nonneg = lambda v: math.isfinite(v) and v >= 0
-        _option("membrane", membrane, str, lambda v: v in ("stvk", "neohookean"), "'stvk' or 'neohookean'")
-        _option("step_bound", step_bound, str, lambda v: v in ("accd", "normal"), "'accd' or 'normal'")
-        for name, v in (("dhat", dhat), ("kappa", kappa), ("tolerance", tolerance)): _option(name, v, real, pos, "a finite number > 0")
-        for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)): _option(name, v, real, nonneg, "a finite number ≥ 0")
-        _option("min_gap", min_gap, real, lambda v: v < dhat, f"smaller than dhat = {dhat}")
+        fn, integer = "SolverIPC", numbers.Integral
+        choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)
+        choice(step_bound, "option step_bound", ("accd", "normal"), fn=fn)
+        for name, v in (("dhat", dhat), ("kappa", kappa), ("tolerance", tolerance)): positive(v, f"option {name}", fn=fn)
+        for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)): non_negative(v, f"option {name}", fn=fn)
+        option(min_gap, "option min_gap", fn=fn, ok=lambda v: v < dhat, rule=f"smaller than dhat = {dhat}")
         for name, v in (("max_iterations", max_iterations), ("line_search_trials", line_search_trials)):
-            _option(name, v, numbers.Integral, lambda v: v >= 1, "an integer ≥ 1")
-        _option("max_subdivisions", max_subdivisions, numbers.Integral, lambda v: 0 <= v <= 30, "an integer in 0..30")
+            option(v, f"option {name}", fn=fn, kind=integer, ok=lambda v: v >= 1, rule="an integer ≥ 1")
+        option(max_subdivisions, "option max_subdivisions", fn=fn, kind=integer, ok=lambda v: 0 <= v <= 30, rule="an integer in 0..30")
         if observer is not None and not callable(observer): raise ValueError(f"SolverIPC: option observer must be callable, got {observer!r}")
         self.ipc = IPCModel.from_newton(model, sphere_particles=sphere_particles)
         d = self.ipc.device
