@@ -11,13 +11,12 @@ import numpy as np
 import warp as wp
 
 from .checks import choice, float_array, index_array
+from .compat import moved
 from .inputs import BAG_FILM, ElementEnergyTerm, EnergyTerm, HessianBlocks, IPCModel, mat32d
 
 # %% auto #0
 __all__ = ['MEMBRANE_MODELS', 'TIE_STIFFNESS', 'triangle_rest_shape', 'MembraneTerm', 'membrane_energy', 'membrane_derivatives',
-           'HingeTerm', 'hinge_angle', 'hinge_derivatives', 'SupportTerm', 'TieTerm', 'term_derivatives',
-           'torch_membrane_energy', 'torch_hinge_energy', 'torch_support_energy', 'torch_tie_energy',
-           'random_triangles', 'torch_agreement']
+           'HingeTerm', 'hinge_angle', 'hinge_derivatives', 'SupportTerm', 'TieTerm', 'term_derivatives']
 
 # %% ../nbs/01_membrane_bending.ipynb #cd4d5f60
 def _per_element(v, n: int, name: str, fn: str) -> np.ndarray:
@@ -623,85 +622,7 @@ def term_derivatives(term: EnergyTerm, x, device=None) -> tuple[float, np.ndarra
     np.add.at(H, (r[ok], slice(None), c[ok], slice(None)), v[ok])
     return e, g.numpy(), H.reshape(3 * n, 3 * n)
 
-# %% ../nbs/01_membrane_bending.ipynb #e86ab6a6
-def torch_membrane_energy(X, B, area, mu, lam, model: str = "neohookean"):
-    "Per-triangle membrane energy in torch from the formulas above (X (n, 3, 3), B (n, 3, 2) torch float64 tensors)."
-    import torch
-    F = torch.einsum("nai,naj->nij", X, B)
-    C = F.transpose(1, 2) @ F
-    I = torch.eye(2, dtype=X.dtype)
-    if model == "stvk":
-        E = 0.5 * (C - I)
-        trE = E.diagonal(dim1=1, dim2=2).sum(-1)
-        return area * (mu * (E * E).sum((1, 2)) + 0.5 * lam * trE**2)
-    logJ = 0.5 * torch.log(torch.linalg.det(C))
-    trE = 0.5 * (C.diagonal(dim1=1, dim2=2).sum(-1) - 2.0)
-    return area * (mu * (trE - logJ) + 0.5 * lam * logJ**2)
-
-def torch_hinge_energy(X, theta0, k):
-    "Per-hinge ½ kθ wrap(θ − θ0)² in torch, X (n, 4, 3) in (a, b, c, d) order."
-    import torch
-    a, b, c, d = X.unbind(1)
-    n1 = torch.linalg.cross(c - a, d - a); n2 = torch.linalg.cross(d - b, c - b)
-    n1 = n1 / n1.norm(dim=1, keepdim=True); n2 = n2 / n2.norm(dim=1, keepdim=True)
-    e = (d - c) / (d - c).norm(dim=1, keepdim=True)
-    theta = torch.atan2((torch.linalg.cross(n1, n2) * e).sum(1), (n1 * n2).sum(1))
-    r = theta - theta0
-    return 0.5 * k * torch.atan2(torch.sin(r), torch.cos(r)) ** 2
-
-def torch_support_energy(x, indices, targets, k):
-    "Per-support ½ kᵢ ‖xᵢ − tᵢ‖² in torch."
-    return 0.5 * k * ((x[indices] - targets) ** 2).sum(1)
-
-def torch_tie_energy(x, pairs, rest, k):
-    "Per-pair ½ k (‖xᵢ − xⱼ‖ − L)² in torch."
-    return 0.5 * k * ((x[pairs[:, 0]] - x[pairs[:, 1]]).norm(dim=1) - rest) ** 2
-
-def _rel(a, b, axis=None):
-    "Relative difference ‖a − b‖ / ‖b‖ per element (rows) or overall."
-    a, b = np.asarray(a), np.asarray(b)
-    if axis is None: return float(np.abs(a - b).max() / np.abs(b).max())
-    return np.linalg.norm((a - b).reshape(len(a), -1), axis=1) / np.linalg.norm(b.reshape(len(b), -1), axis=1)
-
-def random_triangles(n: int, seed: int = 0, strain: float = 0.4):
-    "Random rest triangles (n, 3, 3) ~1 cm and deformed copies: in-plane stretch/compression/shear by up to `strain`, a rotation and a 1 mm wiggle."
-    rng = np.random.default_rng(seed)
-    X0 = rng.normal(size=(n, 3, 3)) * 0.01
-    c = X0.mean(1, keepdims=True)
-    A = np.eye(3) + rng.uniform(-strain, strain, size=(n, 3, 3))
-    q, _ = np.linalg.qr(rng.normal(size=(n, 3, 3)))
-    X = c + np.einsum("nij,nkj->nki", q @ A, X0 - c) + rng.normal(size=(n, 3, 3)) * 1e-3
-    return X0, X
-
-def torch_agreement(n: int = 500, seed: int = 0, device=None) -> "pd.DataFrame":
-    "Worst relative energy and gradient differences between the Warp terms and the torch references on random inputs."
-    import pandas as pd, torch
-    rng = np.random.default_rng(seed)
-    T = lambda a: torch.tensor(np.asarray(a), dtype=torch.float64, requires_grad=True)
-    rows = []
-    X0, X = random_triangles(n, seed)
-    B, area = triangle_rest_shape(X0)
-    mu, lam = BAG_FILM.mu, BAG_FILM.lam
-    for model in ("stvk", "neohookean"):
-        e, g, _ = membrane_derivatives(X, B, area, mu, lam, model, device=device)
-        Xt = T(X); et = torch_membrane_energy(Xt, torch.tensor(B), torch.tensor(area), mu, lam, model)
-        gt, = torch.autograd.grad(et.sum(), Xt)
-        rows.append((f"membrane {model}", n, np.max(np.abs(e - et.detach().numpy()) / np.abs(et.detach().numpy())), _rel(g, gt.numpy(), 0).max()))
-    Xh = rng.normal(size=(n, 4, 3)) * 0.01
-    th0, kh = rng.uniform(-np.pi, np.pi, n), rng.uniform(1e-6, 1e-4, n)
-    e, _, g, _ = hinge_derivatives(Xh, th0, kh, device=device)
-    Xt = T(Xh); et = torch_hinge_energy(Xt, torch.tensor(th0), torch.tensor(kh)); gt, = torch.autograd.grad(et.sum(), Xt)
-    rows.append(("hinge", n, np.max(np.abs(e - et.detach().numpy()) / np.abs(et.detach().numpy())), _rel(g, gt.numpy(), 0).max()))
-    x = rng.normal(size=(40, 3)) * 0.05
-    xw = lambda: wp.array(x, dtype=wp.vec3d, device=device)
-    sidx, stgt, sk = rng.integers(0, 40, 25), rng.normal(size=(25, 3)) * 0.05, rng.uniform(1.0, 100.0, 25)
-    sup = SupportTerm(device=device); sup.set(sidx, stgt, sk)
-    pairs = np.stack([rng.permutation(40)[:30], rng.permutation(40)[:30]], 1); pairs = pairs[pairs[:, 0] != pairs[:, 1]]
-    d0 = np.linalg.norm(x[pairs[:, 0]] - x[pairs[:, 1]], axis=1); rest = d0 * rng.uniform(0.5, 1.5, len(pairs))
-    tie = TieTerm(device=device); tie.set(pairs, rest)
-    for name, term, ref in (("support", sup, lambda xt: torch_support_energy(xt, torch.tensor(sidx), torch.tensor(stgt), torch.tensor(sk))),
-                            ("tie", tie, lambda xt: torch_tie_energy(xt, torch.tensor(pairs).long(), torch.tensor(rest), 250.0))):
-        e, g, _ = term_derivatives(term, x, device=device)
-        xt = T(x); et = ref(xt).sum(); gt, = torch.autograd.grad(et, xt)
-        rows.append((name, term.count, abs(e - et.item()) / abs(et.item()), _rel(g, gt.numpy())))
-    return pd.DataFrame(rows, columns=["term", "elements", "energy_rel_diff", "gradient_rel_diff"])
+# %% ../nbs/01_membrane_bending.ipynb #7be30f65
+__getattr__, __dir__ = moved(__name__, {
+    "newtonipc_nb.scenes.test_scenes": "random_triangles",
+    "newtonipc_nb.verification.elastic_refs": "torch_membrane_energy torch_hinge_energy torch_support_energy torch_tie_energy torch_agreement"})

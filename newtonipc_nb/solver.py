@@ -20,7 +20,8 @@ from .checks import choice, non_negative, option, positive
 from .inputs import IPCModel, HessianBlocks, EnergyTerm
 from .elastic import MembraneTerm, HingeTerm, SupportTerm, TieTerm
 from .barrier import CandidateSearch, BarrierTerm, KIND_VT, KIND_EE, KIND_SF, KIND_SS
-from .ccd import ACCD_ETA, ACCD_MAX_ITER, _accd_contacts_kernel, _normal_bound_kernel, bound_from_minimum, fp32_gap_check, count_intersections
+from .ccd import DeviceStepBound, fp32_gap_check
+from .intersections import count_intersections
 from .friction import FrictionTerm
 from .linear import LinearSolveError, LinearSolver, NewtonSystem, make_linear_solver, solve_linear
 
@@ -98,14 +99,6 @@ def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), 
     wp.atomic_max(out, 1, wp.max(wp.max(wp.abs(d[0]), wp.abs(d[1])), wp.abs(d[2])))
     wp.atomic_max(out, 2, wp.length(d))
 
-@wp.kernel
-def _min_toi(b: wp.array(dtype=wp.vec2d), out: wp.array(dtype=wp.float64)):
-    wp.atomic_min(out, 0, b[wp.tid()][0])
-
-@wp.kernel
-def _min_bound(b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    wp.atomic_min(out, 0, b[wp.tid()])
-
 # %% ../nbs/05_solver.ipynb #9c609980
 class SolverIPC(newton.solvers.SolverBase):
     """Incremental Potential Contact for thin films with sphere contents.
@@ -161,8 +154,7 @@ class SolverIPC(newton.solvers.SolverBase):
         self._x, self._xt, self._dx, self._z = (wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(4))
         self._phi_acc, self._norms = wp.zeros(1, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
         self._near = None
-        self._bounds = wp.zeros(1, dtype=wp.vec2d, device=d); self._bounds_n = wp.zeros(1, dtype=wp.float64, device=d)
-        self._alpha = wp.zeros(1, dtype=wp.float64, device=d)
+        self._bound = DeviceStepBound(step_bound, device=d)
         self.last_stats: StepStats | None = None
         self._last_out = None
 
@@ -279,21 +271,7 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
 @patch
 def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
     "The largest α ≤ 1 keeping the gap of every candidate of `cs` positive along x → x + α Δx (minimum over the candidates, on the device)."
-    m = cs.count
-    if m == 0: return 1.0
-    d = self.device
-    self._alpha.fill_(math.inf)
-    method = self.options["step_bound"]
-    if method == "accd":
-        if self._bounds.shape[0] < m: self._bounds = wp.zeros(int(1.5 * m), dtype=wp.vec2d, device=d)
-        wp.launch(_accd_contacts_kernel, dim=m, device=d, outputs=[self._bounds],
-                  inputs=[x, dx, cs.pairs, cs.kind, cs.offset, wp.float64(ACCD_ETA), wp.int32(ACCD_MAX_ITER)])
-        wp.launch(_min_toi, dim=m, inputs=[self._bounds, self._alpha], device=d)
-    else:
-        if self._bounds_n.shape[0] < m: self._bounds_n = wp.zeros(int(1.5 * m), dtype=wp.float64, device=d)
-        wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[x, dx, cs.pairs, cs.kind, cs.offset], outputs=[self._bounds_n])
-        wp.launch(_min_bound, dim=m, inputs=[self._bounds_n, self._alpha], device=d)
-    return bound_from_minimum(float(self._alpha.numpy()[0]), method)
+    return self._bound(cs, x, dx)
 
 # %% ../nbs/05_solver.ipynb #66803756
 @patch

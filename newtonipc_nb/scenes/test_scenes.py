@@ -14,7 +14,9 @@ from ..distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT
 from ..inputs import BAG_FILM, IPCModel, add_mesh, bag_mesh
 
 # %% auto #0
-__all__ = ['bag_film_model', 'flattened_bag', 'folded_bag', 'crumpled_bag', 'barrier_test_scene']
+__all__ = ['bag_film_model', 'flattened_bag', 'folded_bag', 'crumpled_bag', 'barrier_test_scene', 'through_face_scene',
+           'random_soup', 'grid_sheet', 'folded_sheet', 'crumpled_sheet', 'flat_crumpled_sheet', 'bag_step_states',
+           'random_triangles']
 
 # %% ../../nbs/20_test_scenes.ipynb #2749fae4
 def bag_film_model(device=None) -> IPCModel:
@@ -67,3 +69,79 @@ def barrier_test_scene(seed: int = 0) -> tuple[np.ndarray, ContactSet]:
     x = np.concatenate([[p], tri, a, b, [sc], [s2], [[0.1, 0.1, 0.1]]])            # 11 particles (the last unused)
     pairs = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 1, 2, 3], [8, 9, 9, 9]]
     return x, ContactSet.from_numpy(pairs, [KIND_VT, KIND_EE, KIND_SF, KIND_SS], [3e-5, 3e-5, R + 1.5e-5, 2 * R])
+
+# %% ../../nbs/20_test_scenes.ipynb #6fde347e
+def through_face_scene(min_gap: float = 3e-5, height: float = 1.025e-3, drop: float = 2e-3):
+    "A vertex `height` above a triangle pushed `drop` straight down through it: `(x (4, 3), dx (4, 3), ContactSet)`."
+    x = np.array([[0.0, 0.0, height], [-0.01, -0.01, 0.0], [0.01, -0.01, 0.0], [0.0, 0.01, 0.0]])
+    dx = np.zeros_like(x); dx[0, 2] = -drop
+    return x, dx, ContactSet.from_numpy([[0, 1, 2, 3]], [KIND_VT], [min_gap], device="cpu")
+
+# %% ../../nbs/20_test_scenes.ipynb #0f76b9f8
+def random_soup(rng, n_tri: int | None = None, size: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    "n_tri random triangles of size ~`size` in the unit cube (random when None: about half the soups intersect), no shared vertices."
+    n_tri = int(rng.integers(3, 25)) if n_tri is None else n_tri
+    size = float(rng.uniform(0.03, 0.2)) if size is None else size
+    c = rng.uniform(0, 1, (n_tri, 1, 3)); V = (c + size * rng.standard_normal((n_tri, 3, 3))).reshape(-1, 3)
+    return V, np.arange(3 * n_tri, dtype=np.int32).reshape(-1, 3)
+
+def grid_sheet(n: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    "A flat n×n-quad sheet on [0, 1]², alternating diagonals."
+    u = np.linspace(0, 1, n + 1); X, Y = np.meshgrid(u, u, indexing="ij")
+    V = np.stack([X.ravel(), Y.ravel(), np.zeros(X.size)], 1)
+    F = []
+    for i in range(n):
+        for j in range(n):
+            a, b, c, d = i * (n + 1) + j, (i + 1) * (n + 1) + j, (i + 1) * (n + 1) + j + 1, i * (n + 1) + j + 1
+            F += [(a, b, c), (a, c, d)] if (i + j) % 2 else [(a, b, d), (b, c, d)]
+    return V, np.asarray(F, dtype=np.int32)
+
+def folded_sheet(rng, n: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    "A grid sheet folded about a random line by an angle near 180° with a random lift, so it may or may not pass through itself."
+    V, F = grid_sheet(n)
+    c = rng.uniform(0.3, 0.7); ang = np.pi * rng.uniform(0.85, 1.05); lift = rng.uniform(-0.05, 0.08)
+    X = V.copy(); m = X[:, 0] > c
+    dx = X[m, 0] - c
+    X[m, 0] = c + dx * np.cos(ang); X[m, 2] = dx * np.sin(ang) + lift * dx
+    X += 0.01 * rng.standard_normal(X.shape)                        # a little crumple
+    t = rng.uniform(0, 2 * np.pi); R = np.array([[np.cos(t), -np.sin(t), 0], [np.sin(t), np.cos(t), 0], [0, 0, 1]])
+    return X @ R.T, F
+
+def crumpled_sheet(rng, n: int = 8, size: float = 0.07) -> tuple[np.ndarray, np.ndarray]:
+    "An n×n-vertex grid sheet (`size` m wide), waved 1–20 mm plus 1 mm noise, then x scaled by cos(z·U(0, 200)): crumpled, often through itself."
+    V, F = grid_sheet(n - 1); V = V * size
+    a = rng.uniform(0, 2 * np.pi); s = V[:, 0] * np.cos(a) + V[:, 1] * np.sin(a)
+    z = np.sin(s / (rng.uniform(0.2, 1.0) * size) * np.pi) * rng.uniform(1e-3, 20e-3) + 1e-3 * rng.standard_normal(len(V))
+    V[:, 2] = z; V[:, 0] *= np.cos(z * rng.uniform(0, 200))
+    return V, F
+
+def flat_crumpled_sheet(rng, n: int = 8, tilted: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    "An n×n-vertex grid sheet crumpled within its plane (z = 0, or exactly z = x when `tilted`): neighbours fold over each other coplanar."
+    V, F = grid_sheet(n - 1)
+    V[:, 0] *= np.cos(rng.uniform(0, 2 * np.pi) + rng.uniform(0, 3) * V[:, 1])
+    V[:, :2] += rng.uniform(0, 0.02) * rng.standard_normal((len(V), 2))
+    V[:, 2] = V[:, 0] if tilted else 0.0
+    return V, F
+
+# %% ../../nbs/20_test_scenes.ipynb #38fe9dfa
+def bag_step_states(seed: int = 0, push: float = 1.2e-3, noise: float = 2e-4, fold_ring: int = 8):
+    "A folded bag state `x (481, 3)` (flattened, folded over mesh ring `fold_ring`), a direction `dx` squeezing its layers together (plus noise), faces."
+    from newtonipc_nb.barrier import folded_bag
+    from newtonipc_nb.inputs import ring_vertices
+    V, F = bag_mesh()
+    x = folded_bag(V, fold_z=float(V[ring_vertices(fold_ring)[0], 2]))
+    rng = np.random.default_rng(seed)
+    dx = np.zeros_like(x); dx[:, 1] = -push * np.sign(x[:, 1]) * rng.uniform(0.2, 1.0, len(x))
+    dx += noise * rng.standard_normal(x.shape)
+    return x, dx, F
+
+# %% ../../nbs/20_test_scenes.ipynb #439619f5
+def random_triangles(n: int, seed: int = 0, strain: float = 0.4):
+    "Random rest triangles (n, 3, 3) ~1 cm and deformed copies: in-plane stretch/compression/shear by up to `strain`, a rotation and a 1 mm wiggle."
+    rng = np.random.default_rng(seed)
+    X0 = rng.normal(size=(n, 3, 3)) * 0.01
+    c = X0.mean(1, keepdims=True)
+    A = np.eye(3) + rng.uniform(-strain, strain, size=(n, 3, 3))
+    q, _ = np.linalg.qr(rng.normal(size=(n, 3, 3)))
+    X = c + np.einsum("nij,nkj->nki", q @ A, X0 - c) + rng.normal(size=(n, 3, 3)) * 1e-3
+    return X0, X
