@@ -15,7 +15,7 @@ from .checks import vec3d_array
 from .compat import moved
 from .distances import (KIND_EE, KIND_NAMES, KIND_SF, KIND_SS, KIND_VT, candidate_weights, weighted_sum,
                                     point_triangle_weights, edge_edge_weights, vertex_face_distance, edge_edge_distance)
-from .inputs import EnergyTerm, HessianBlocks
+from .terms import EnergyTerm, HessianBlocks
 
 # %% auto #0
 __all__ = ['barrier', 'barrier_d1', 'barrier_d2', 'barrier_values', 'BarrierTerm']

@@ -12,14 +12,15 @@ import numpy as np
 import pandas as pd
 import warp as wp
 
+from .terms import ElementEnergyTerm, EnergyTerm, HessianBlocks, sum_into   # re-exported: they lived here
+
 # %% auto #0
 __all__ = ['BAG_FILM', 'N_RINGS', 'N_COLUMNS', 'NECK_RING', 'HEM_RING', 'BOTTOM_RINGS', 'BOTTOM_RADIUS', 'SHOULDER', 'NECK',
            'FLAP_EDGE', 'FLAP_FLARE', 'BIN_RADIUS', 'BIN_HEIGHT', 'mat32d', 'SPHERE_RADII', 'SPHERE_DENSITY',
            'SPHERE_COLUMN_BOTTOM', 'SPHERE_COLUMN_GAP', 'SPHERE_DROP_XY', 'membrane_lame', 'bending_stiffness',
            'hinge_edge_ke', 'hinge_k_theta', 'areal_density', 'Film', 'ring_vertices', 'bag_mesh', 'mesh_report',
            'grid_faces', 'dihedral_angle', 'ModelError', 'IPCModel', 'newton_particle_active', 'bin_mesh', 'floor_mesh',
-           'add_mesh', 'set_hinge_stiffness', 'SceneIndex', 'sphere_column', 'bag_scene_builder', 'HessianBlocks',
-           'sum_into', 'EnergyTerm', 'ElementEnergyTerm', 'warm_kernels']
+           'add_mesh', 'set_hinge_stiffness', 'SceneIndex', 'sphere_column', 'bag_scene_builder', 'warm_kernels']
 
 # %% ../nbs/00_inputs.ipynb #5920d1af
 def membrane_lame(E: float, nu: float, h: float) -> tuple[float, float]:
@@ -407,55 +408,6 @@ def bag_scene_builder(film: Film = BAG_FILM, bag_offset=(0.0, 0.0, 0.002)):
     for p, r in zip(sphere_column(), SPHERE_RADII):
         b.add_particle(wp.vec3(*p), wp.vec3(0.0, 0.0, 0.0), mass=SPHERE_DENSITY * 4.0 / 3.0 * math.pi * r**3, radius=r)
     return b, SceneIndex(film_r, bin_r, floor_r, range(s0, b.particle_count))
-
-# %% ../nbs/00_inputs.ipynb #43236019
-@dataclass
-class HessianBlocks:
-    "A triplet buffer of 3×3 FP64 Hessian blocks: `rows`, `cols` (int32 particle indices) and `vals` (mat33d)."
-    rows: wp.array
-    cols: wp.array
-    vals: wp.array
-
-    @classmethod
-    def allocate(cls, n: int, device=None) -> "HessianBlocks":
-        "Room for `n` blocks, all marked unused (row = col = −1)."
-        return cls(rows=wp.full(n, -1, dtype=wp.int32, device=device), cols=wp.full(n, -1, dtype=wp.int32, device=device),
-                   vals=wp.zeros(n, dtype=wp.mat33d, device=device))
-
-    def __len__(self) -> int: return self.rows.shape[0]
-
-@wp.kernel
-def _sum_into(values: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    wp.atomic_add(out, 0, values[wp.tid()])
-
-def sum_into(values: wp.array, count: int, out: wp.array) -> None:
-    "Add the first `count` entries of `values` into out[0], on the device."
-    if count: wp.launch(_sum_into, dim=count, inputs=[values, out], device=values.device)
-
-class EnergyTerm:
-    """One term of the step objective Φ(x). Subclasses implement `energy`, `num_blocks` and `accumulate`; `add_energy`
-    (the energy summed into a device scalar, no host read) and `prepare` (called at x before `num_blocks`/`accumulate`
-    of one assembly, e.g. to select the active elements) have defaults."""
-    def energy(self, x: wp.array) -> float: raise NotImplementedError
-    def num_blocks(self) -> int: raise NotImplementedError
-    def accumulate(self, x: wp.array, grad: wp.array, blocks: HessianBlocks, offset: int) -> None: raise NotImplementedError
-    def prepare(self, x: wp.array) -> None: pass
-    def add_energy(self, x: wp.array, out: wp.array) -> None:
-        "Add the energy at x into out[0] (a float64 device array)."
-        e = wp.array([self.energy(x)], dtype=wp.float64, device=out.device)
-        sum_into(e, 1, out)
-
-class ElementEnergyTerm(EnergyTerm):
-    """An `EnergyTerm` whose `_energies(x, total)` writes one energy per element into a device array and adds their sum
-    into total[0]: `energy` sums the elements on the host, `add_energy` passes its accumulator (one launch, no host read)."""
-    def _energies(self, x: wp.array, total: wp.array) -> wp.array: raise NotImplementedError
-    def _scratch(self) -> wp.array:
-        "A device scalar for launches whose sum is not wanted."
-        return wp.zeros(1, dtype=wp.float64, device=self.device)
-    def energy(self, x: wp.array) -> float:
-        return float(np.sum(self._energies(x, self._scratch()).numpy()[: self.count])) if self.count else 0.0
-    def add_energy(self, x: wp.array, out: wp.array) -> None:
-        if self.count: self._energies(x, out)
 
 # %% ../nbs/00_inputs.ipynb #658b33bd
 def warm_kernels(device=None) -> list[str]:

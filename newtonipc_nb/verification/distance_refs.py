@@ -14,7 +14,8 @@ import pandas as pd
 from ..distances import KIND_EE, KIND_NAMES, KIND_VT, edge_edge_distance, vertex_face_distance
 
 # %% auto #0
-__all__ = ['VT_CASES', 'EE_CASES', 'sample_configurations', 'ipctk_distances', 'ipctk_agreement', 'exact_edge_edge_distance']
+__all__ = ['VT_CASES', 'EE_CASES', 'sample_configurations', 'ipctk_distances', 'ipctk_agreement', 'exact_edge_edge_distance',
+           'film_obstacle_distance']
 
 # %% ../../nbs/31_distance_references.ipynb #90ee4d2a
 VT_CASES = ("random", "mm-scale", "sliver triangle", "near plane", "near edge line")
@@ -94,3 +95,14 @@ def exact_edge_edge_distance(c: np.ndarray) -> float:
         s, t = (uv * vw - vv * uw) / det, (uu * vw - uv * uw) / det
         if 0 <= s <= 1 and 0 <= t <= 1: cands.append(d2(pa(s), pb(t)))
     return math.sqrt(min(cands))
+
+# %% ../../nbs/31_distance_references.ipynb #bda21035
+def film_obstacle_distance(x: np.ndarray, film_faces: np.ndarray, obs_faces: np.ndarray) -> float:
+    "Smallest vertex–triangle and edge–edge distance between film and obstacle (both ways), by brute force."
+    edges = lambda f: np.unique(np.sort(np.concatenate([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]]), axis=1), axis=0)
+    fv, ov = np.unique(film_faces), np.unique(obs_faces)
+    q = [np.concatenate([x[[v]], x[t]]) for v in fv for t in obs_faces] + [np.concatenate([x[[v]], x[t]]) for v in ov for t in film_faces]
+    d_vt, _ = vertex_face_distance(np.asarray(q))
+    q = [np.concatenate([x[e], x[g]]) for e in edges(film_faces) for g in edges(obs_faces)]
+    d_ee, _ = edge_edge_distance(np.asarray(q))
+    return float(min(d_vt.min(), d_ee.min()))
