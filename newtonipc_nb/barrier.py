@@ -10,7 +10,7 @@ import math
 import numpy as np
 import warp as wp
 
-from .candidates import CandidateSearch, ContactSet, contact_keys   # CandidateSearch, contact_keys: re-exported
+from .candidates import EPS32, CandidateSearch, ContactSet, contact_keys   # EPS32, CandidateSearch, contact_keys: re-exported
 from .checks import vec3d_array
 from .compat import moved
 from .distances import (KIND_EE, KIND_NAMES, KIND_SF, KIND_SS, KIND_VT, candidate_weights, weighted_sum,

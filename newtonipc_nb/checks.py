@@ -12,7 +12,7 @@ import numpy as np
 import warp as wp
 
 # %% auto #0
-__all__ = ['float_array', 'index_array', 'vec3d_array', 'option', 'positive', 'non_negative', 'choice']
+__all__ = ['float_array', 'index_array', 'per_element', 'vec3d_array', 'option', 'positive', 'non_negative', 'choice']
 
 # %% ../nbs/00b_checks.ipynb #c99ef0f6
 def _shape_text(shape) -> str:
@@ -46,6 +46,14 @@ def index_array(a, name: str, shape, *, fn: str, upper: int | None = None) -> np
         i = int(np.flatnonzero(bad.reshape(arr.shape[0], -1).any(1) if arr.ndim > 1 else bad)[0])
         raise ValueError(f"{fn}: {name}[{i}] = {arr[i].tolist()} is outside 0..{top}")
     return arr.astype(np.int32)
+
+# %% ../nbs/00b_checks.ipynb #4e341945
+def per_element(v, n: int, name: str, *, fn: str) -> np.ndarray:
+    "A scalar or (n,) coefficient as an (n,) float64 copy."
+    if isinstance(v, wp.array): v = v.numpy()
+    arr = np.full(n, v, dtype=np.float64) if np.ndim(v) == 0 else v
+    if np.shape(arr) != (n,): raise ValueError(f"{fn}: {name} must be a scalar or have shape ({n},), got {np.shape(arr)}")
+    return float_array(arr, name, (n,), fn=fn)
 
 # %% ../nbs/00b_checks.ipynb #c3ffc071
 def vec3d_array(x, name: str, *, fn: str, n: int | None = None, device=None, same_device: bool = False) -> wp.array:

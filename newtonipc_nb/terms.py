@@ -10,8 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
+from .checks import float_array
+
 # %% auto #0
-__all__ = ['HessianBlocks', 'sum_into', 'EnergyTerm', 'ElementEnergyTerm']
+__all__ = ['HessianBlocks', 'sum_into', 'EnergyTerm', 'ElementEnergyTerm', 'check_term_arrays', 'term_derivatives']
 
 # %% ../nbs/01_terms.ipynb #df25c309
 @dataclass
@@ -64,3 +66,30 @@ class ElementEnergyTerm(EnergyTerm):
         return float(np.sum(self._energies(x, self._scratch()).numpy()[: self.count])) if self.count else 0.0
     def add_energy(self, x: wp.array, out: wp.array) -> None:
         if self.count: self._energies(x, out)
+
+# %% ../nbs/01_terms.ipynb #d2915fbc
+def check_term_arrays(name: str, x: wp.array, device, grad: wp.array | None = None, blocks=None, offset: int = 0, nb: int = 0, n_min: int = 0):
+    "Shape, dtype and device checks shared by the terms' entry points."
+    for an, a in (("x", x), ("grad", grad)):
+        if a is None: continue
+        if not isinstance(a, wp.array) or a.dtype != wp.vec3d or a.ndim != 1:
+            raise ValueError(f"{name}: {an} must be a 1-D wp.array of wp.vec3d")
+        if str(a.device) != str(device): raise ValueError(f"{name}: {an} is on {a.device}, the term on {device}")
+    if x.shape[0] < n_min: raise ValueError(f"{name}: x holds {x.shape[0]} particles, the term references particle {n_min - 1}")
+    if grad is not None and grad.shape != x.shape: raise ValueError(f"{name}: grad has shape {grad.shape}, x has {x.shape}")
+    if blocks is not None and (offset < 0 or offset + nb > len(blocks)):
+        raise ValueError(f"{name}: blocks [{offset}, {offset + nb}) do not fit a buffer of {len(blocks)}")
+
+# %% ../nbs/01_terms.ipynb #82c73807
+def term_derivatives(term: EnergyTerm, x, device=None) -> tuple[float, np.ndarray, np.ndarray]:
+    "Energy, gradient (N, 3) and dense assembled Hessian (3N, 3N) of `term` at positions `x` (N, 3)."
+    x = float_array(x, "x", (None, 3), fn="term_derivatives"); n = x.shape[0]
+    d = str(wp.get_device(device if device is not None else getattr(term, "device", None)))
+    xw = wp.array(x, dtype=wp.vec3d, device=d); g = wp.zeros(n, dtype=wp.vec3d, device=d)
+    nb = term.num_blocks(); hb = HessianBlocks.allocate(nb, device=d)
+    e = term.energy(xw); term.accumulate(xw, g, hb, 0)
+    H = np.zeros((n, 3, n, 3))
+    r, c, v = hb.rows.numpy(), hb.cols.numpy(), hb.vals.numpy()
+    ok = (r >= 0) & (c >= 0)
+    np.add.at(H, (r[ok], slice(None), c[ok], slice(None)), v[ok])
+    return e, g.numpy(), H.reshape(3 * n, 3 * n)

@@ -16,7 +16,17 @@ from ..inputs import BAG_FILM
 from ..scenes.test_scenes import random_triangles
 
 # %% auto #0
-__all__ = ['torch_membrane_energy', 'torch_hinge_energy', 'torch_support_energy', 'torch_tie_energy', 'torch_agreement']
+__all__ = ['central_gradient', 'torch_membrane_energy', 'torch_hinge_energy', 'torch_support_energy', 'torch_tie_energy',
+           'torch_agreement']
+
+# %% ../../nbs/30_elastic_references.ipynb #5a4eb1e3
+def central_gradient(f, X: np.ndarray, h: float) -> np.ndarray:
+    "Central-difference gradient of the scalar function `f` at `X`."
+    g = np.zeros_like(X); Xf = X.reshape(-1); gf = g.reshape(-1)
+    for i in range(Xf.size):
+        xp, xm = Xf.copy(), Xf.copy(); xp[i] += h; xm[i] -= h
+        gf[i] = (f(xp.reshape(X.shape)) - f(xm.reshape(X.shape))) / (2 * h)
+    return g
 
 # %% ../../nbs/30_elastic_references.ipynb #e86ab6a6
 def torch_membrane_energy(X, B, area, mu, lam, model: str = "neohookean"):
