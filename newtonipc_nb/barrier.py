@@ -66,13 +66,14 @@ def barrier_values(g, dhat: float = 1e-3, kappa: float = 1000.0, device=None) ->
     if len(g): wp.launch(_barrier_values_kernel, dim=len(g), inputs=[wp.array(g, dtype=wp.float64, device=device), wp.float64(dhat), wp.float64(kappa)], outputs=[out], device=device)
     return out.numpy()
 
-# %% ../nbs/05_contact_barrier.ipynb #9dc87bfb
+# %% ../nbs/05_contact_barrier.ipynb #f588ded9
 @wp.func
 def _candidate(p: wp.vec4i, kind: wp.int32, x: wp.array(dtype=wp.vec3d)):
     "Weights and separation vector r of one candidate."
     w = candidate_weights(kind, x[p[0]], x[p[1]], x[p[2]], x[p[3]])
     return w, weighted_sum(w, x[p[0]], x[p[1]], x[p[2]], x[p[3]])
 
+# %% ../nbs/05_contact_barrier.ipynb #2df01955
 @wp.kernel
 def _gaps_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
                  offsets: wp.array(dtype=wp.float64), gaps: wp.array(dtype=wp.float64)):
@@ -92,6 +93,7 @@ def _barrier_energy_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp
     elif g < dhat:
         wp.atomic_add(energy, 0, barrier(g, dhat, k))
 
+# %% ../nbs/05_contact_barrier.ipynb #a618c8c2
 @wp.kernel
 def _motion_kernel(x: wp.array(dtype=wp.vec3d), ref: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.float64)):
     "out[0] = max over particles of ‖x − ref‖."
@@ -125,6 +127,7 @@ def _screened_near_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.
             near_kinds[k] = kinds[c]
             near_offsets[k] = offsets[c]
 
+# %% ../nbs/05_contact_barrier.ipynb #4514ed7f
 @wp.kernel
 def _barrier_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
                                offsets: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64, select: wp.array(dtype=wp.int32),
@@ -162,7 +165,7 @@ def _barrier_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtyp
                 cols[s] = -1
                 vals[s] = wp.mat33d()
 
-# %% ../nbs/05_contact_barrier.ipynb #07bd2b15
+# %% ../nbs/05_contact_barrier.ipynb #bd0b99ea
 def _resolve_contacts(provider) -> ContactSet:
     "The current ContactSet of a provider: a ContactSet, an object with `.contacts`, or a callable."
     if isinstance(provider, ContactSet): return provider
@@ -173,6 +176,7 @@ def _resolve_contacts(provider) -> ContactSet:
         if isinstance(cs, ContactSet): return cs
     raise TypeError(f"contacts must be a ContactSet, an object with a .contacts ContactSet (e.g. CandidateSearch) or a callable returning one; got {type(provider).__name__}")
 
+# %% ../nbs/05_contact_barrier.ipynb #f14c7b49
 class BarrierTerm(EnergyTerm):
     "The IPC log barrier Σ B(g) over the candidates of `contacts`: `dhat` in m, `kappa` = k in N/m."
     def __init__(self, contacts, *, dhat: float = 1e-3, kappa: float = 1000.0):

@@ -114,7 +114,7 @@ def _edge_boxes(edge: wp.array(dtype=wp.int32, ndim=2), lo: wp.array(dtype=wp.ve
     lowers[e] = _lo32(wp.min(lo[a], lo[b]))
     uppers[e] = _hi32(wp.max(hi[a], hi[b]))
 
-# %% ../nbs/04_candidates.ipynb #dd6057cc
+# %% ../nbs/04_candidates.ipynb #b7161682
 @wp.func
 def _append(counter: wp.array(dtype=wp.int32), cap: wp.int32, pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
             offsets: wp.array(dtype=wp.float64), p: wp.vec4i, kind: wp.int32, c: wp.float64):
@@ -143,6 +143,7 @@ def _query_vt(bvh: wp.uint64, verts: wp.array(dtype=wp.int32), tri: wp.array(dty
             continue
         _append(counter, cap, pairs, kinds, offsets, wp.vec4i(v, a, b, c), 0, min_gap)
 
+# %% ../nbs/04_candidates.ipynb #f230b085
 @wp.kernel
 def _query_ee(bvh: wp.uint64, edge: wp.array(dtype=wp.int32, ndim=2), fixed: wp.array(dtype=wp.int32),
               lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d), delta: wp.float64, min_gap: wp.float64,
@@ -165,6 +166,7 @@ def _query_ee(bvh: wp.uint64, edge: wp.array(dtype=wp.int32, ndim=2), fixed: wp.
             continue
         _append(counter, cap, pairs, kinds, offsets, wp.vec4i(a0, a1, b0, b1), 1, min_gap)
 
+# %% ../nbs/04_candidates.ipynb #6c49a053
 @wp.kernel
 def _query_spheres(bvh: wp.uint64, has_tri: wp.int32, sphere: wp.array(dtype=wp.int32), radius: wp.array(dtype=wp.float64),
                    tri: wp.array(dtype=wp.int32, ndim=2), fixed: wp.array(dtype=wp.int32),

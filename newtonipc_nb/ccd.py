@@ -64,7 +64,7 @@ def _normal_bound_kernel(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3
             res = g / a
     out[i] = res
 
-# %% ../nbs/06_ccd.ipynb #b4cd7250
+# %% ../nbs/06_ccd.ipynb #ad9bd268
 @wp.func
 def _pair_distance(kind: wp.int32, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d) -> wp.float64:
     "Distance ‖Σ wᵢ xᵢ‖ between the two primitives of a candidate."
@@ -85,6 +85,7 @@ def _motion_bound(kind: wp.int32, p0: wp.vec3d, p1: wp.vec3d, p2: wp.vec3d, p3: 
             lp = wp.length(p0 - m) + wp.max(wp.max(wp.length(p1 - m), wp.length(p2 - m)), wp.length(p3 - m))
     return lp
 
+# %% ../nbs/06_ccd.ipynb #95d86d88
 @wp.func
 def _accd(kind: wp.int32, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d,
           da: wp.vec3d, db: wp.vec3d, dc: wp.vec3d, dd: wp.vec3d,
@@ -124,6 +125,7 @@ def _accd(kind: wp.int32, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d,
                             done = 1
     return result
 
+# %% ../nbs/06_ccd.ipynb #199cb1c0
 @wp.kernel
 def _accd_batch_kernel(x0: wp.array(dtype=wp.vec3d, ndim=2), x1: wp.array(dtype=wp.vec3d, ndim=2), kind: wp.int32,
                        sep: wp.float64, eta: wp.float64, max_iter: wp.int32, out: wp.array(dtype=wp.vec2d)):
@@ -177,7 +179,7 @@ def edge_edge_toi(x0, x1, min_gap: float = 0.0, device=None, *, eta: float = ACC
     "Conservative additive-CCD time of impact in [0, 1] of edge–edge pairs (n, 4, 3) moving x0 → x1; 1.0 where they stay > min_gap apart."
     return _batch_toi(x0, x1, KIND_EE, min_gap, eta, max_iter, device, "edge_edge_toi", iterations)
 
-# %% ../nbs/06_ccd.ipynb #7a2d231c
+# %% ../nbs/06_ccd.ipynb #a9d80cc4
 STEP_METHODS = ("accd", "normal")
 
 def _check_contacts(contacts, n: int, name: str):
@@ -190,6 +192,7 @@ def _check_contacts(contacts, n: int, name: str):
             i = int(np.flatnonzero((p < 0).any(1) | (p >= n).any(1))[0])
             raise ValueError(f"{name}: candidate {i} {p[i].tolist()} references particles outside 0..{n - 1}")
 
+# %% ../nbs/06_ccd.ipynb #22a788db
 def candidate_step_bounds(contacts: ContactSet, x, dx, *, method: str = "accd", eta: float = ACCD_ETA,
                           max_iter: int = ACCD_MAX_ITER, device=None) -> np.ndarray:
     "Per-candidate safe fraction of the move x → x + dx: ACCD time of impact, or the reference implementation's g/approach (`method='normal'`, +inf when not approaching)."
@@ -212,12 +215,14 @@ def candidate_step_bounds(contacts: ContactSet, x, dx, *, method: str = "accd", 
     r = out.numpy().copy(); r[r >= 1e300] = np.inf
     return r
 
+# %% ../nbs/06_ccd.ipynb #02f28253
 def bound_from_minimum(m: float, method: str = "accd") -> float:
     "The step fraction α from the smallest per-candidate bound `m`: ACCD's time of impact clipped to [0, 1]; the normal bound's 90 % of g/approach, or 1 when nothing arrives within the step."
     if method == "normal":
         return 1.0 if m > 1.0 else max(0.0, 0.9 * m)
     return min(1.0, max(0.0, m))
 
+# %% ../nbs/06_ccd.ipynb #536f858b
 @wp.kernel
 def _min_toi(b: wp.array(dtype=wp.vec2d), out: wp.array(dtype=wp.float64)):
     wp.atomic_min(out, 0, b[wp.tid()][0])

@@ -76,7 +76,7 @@ def _membrane_psi_stress(C: wp.mat22d, mu: wp.float64, lam: wp.float64, model: w
         S = wp.mat22d()
     return psi, S, valid
 
-# %% ../nbs/02_membrane_bending.ipynb #51fb66cc
+# %% ../nbs/02_membrane_bending.ipynb #6db94749
 @wp.func
 def _psd2(S: wp.mat22d) -> wp.mat22d:
     "Positive-eigenvalue part of a symmetric 2×2 matrix (closed form)."
@@ -107,6 +107,7 @@ def _psd3(M: wp.mat33d) -> wp.mat33d:
             out = Q * D * wp.transpose(Q)
     return out
 
+# %% ../nbs/02_membrane_bending.ipynb #1a394c6d
 @wp.func
 def _material_tangent(C: wp.mat22d, mu: wp.float64, lam: wp.float64, model: wp.int32) -> wp.mat33d:
     "M_kl = X_k : ∂S/∂ε : X_l in Voigt order (ε11, ε22, ε12)."
@@ -136,7 +137,7 @@ def _strain_jacobian(F: mat32d, b: wp.vec2d) -> wp.mat33d:
     f2 = wp.vec3d(F[0, 1], F[1, 1], F[2, 1])
     return wp.matrix_from_rows(b[0] * f1, b[1] * f2, wp.float64(0.5) * (b[1] * f1 + b[0] * f2))
 
-# %% ../nbs/02_membrane_bending.ipynb #d6f7ad24
+# %% ../nbs/02_membrane_bending.ipynb #ef39d2cf
 @wp.kernel
 def _membrane_energy_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype=wp.int32, ndim=2), elems: wp.array(dtype=wp.int32),
                             B: wp.array(dtype=mat32d), area: wp.array(dtype=wp.float64), mu: wp.array(dtype=wp.float64),
@@ -152,6 +153,7 @@ def _membrane_energy_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype=wp.
         out[e] = wp.float64(wp.inf)
     wp.atomic_add(total, 0, out[e])
 
+# %% ../nbs/02_membrane_bending.ipynb #0015f719
 @wp.kernel
 def _membrane_accumulate_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype=wp.int32, ndim=2), elems: wp.array(dtype=wp.int32),
                                 B: wp.array(dtype=mat32d), area: wp.array(dtype=wp.float64), mu: wp.array(dtype=wp.float64),
@@ -267,7 +269,7 @@ def membrane_derivatives(X, B, area, mu, lam, model: str = "neohookean", *, proj
                   outputs=[g, hb.rows, hb.cols, hb.vals])
     return e.numpy(), g.numpy().reshape(n, 3, 3), _blocks_to_dense(hb.vals.numpy(), n, 3)
 
-# %% ../nbs/02_membrane_bending.ipynb #302c4290
+# %% ../nbs/02_membrane_bending.ipynb #66b34e50
 @wp.func
 def _hinge_geometry(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d):
     "Signed dihedral angle θ of hinge (a, b, c, d), its gradient (∇a, ∇b, ∇c, ∇d) and validity (0/1)."
@@ -298,6 +300,7 @@ def _hinge_geometry(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d):
         valid = wp.int32(1)
     return theta, ga, gb, gc, gd, valid
 
+# %% ../nbs/02_membrane_bending.ipynb #1f22abad
 @wp.func
 def _wrap(x: wp.float64) -> wp.float64:
     return wp.atan2(wp.sin(x), wp.cos(x))
@@ -313,6 +316,7 @@ def _pick4(i: int, v0: wp.vec3d, v1: wp.vec3d, v2: wp.vec3d, v3: wp.vec3d) -> wp
         out = v2
     return out
 
+# %% ../nbs/02_membrane_bending.ipynb #a3c69762
 @wp.kernel
 def _hinge_energy_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=wp.int32, ndim=2), theta0: wp.array(dtype=wp.float64),
                          k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64), angle: wp.array(dtype=wp.float64),

@@ -20,7 +20,7 @@ from .distances import candidate_weights
 # %% auto #0
 __all__ = ['FrictionTerm']
 
-# %% ../nbs/08_friction.ipynb #203ee8d7
+# %% ../nbs/08_friction.ipynb #9ae70641
 @wp.kernel
 def _lag_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kind: wp.array(dtype=wp.int32),
                 offset: wp.array(dtype=wp.float64), mu: wp.float64, dhat: wp.float64, kappa: wp.float64,
@@ -39,6 +39,7 @@ def _lag_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), ki
         n_out[c] = wp.vec3d(0.0)
         load_out[c] = wp.float64(0.0)
 
+# %% ../nbs/08_friction.ipynb #12dad611
 @wp.func
 def _tangent(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3d), p: wp.vec4i, w: wp.vec4d, n: wp.vec3d):
     u = w[0] * (x[p[0]] - x0[p[0]]) + w[1] * (x[p[1]] - x0[p[1]]) + w[2] * (x[p[2]] - x0[p[2]]) + w[3] * (x[p[3]] - x0[p[3]])
@@ -53,6 +54,7 @@ def _friction_energy(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3d), 
     e[c] = load[c] * (wp.sqrt(wp.dot(t, t) + eps * eps) - eps)
     wp.atomic_add(total, 0, e[c])
 
+# %% ../nbs/08_friction.ipynb #cbde1e23
 @wp.kernel
 def _friction_accumulate(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i),
                          w: wp.array(dtype=wp.vec4d), n: wp.array(dtype=wp.vec3d), load: wp.array(dtype=wp.float64),

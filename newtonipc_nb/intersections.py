@@ -89,7 +89,7 @@ def _or_unknown(acc: wp.int32, t: wp.int32) -> wp.int32:
         r = wp.int32(2)
     return r
 
-# %% ../nbs/07_intersections.ipynb #8dc5b3a4
+# %% ../nbs/07_intersections.ipynb #4218eb6b
 @wp.func
 def _on_seg(a: wp.vec2d, b: wp.vec2d, c: wp.vec2d) -> wp.int32:
     "c (collinear with a, b) lies in the closed box of a, b."
@@ -137,6 +137,7 @@ def _pt_in_tri_2d(x: wp.vec2d, p: wp.vec2d, q: wp.vec2d, r: wp.vec2d) -> wp.int3
             res = wp.int32(1)
     return res
 
+# %% ../nbs/07_intersections.ipynb #99fd6c0d
 @wp.func
 def _seg_tri_2d(a: wp.vec2d, b: wp.vec2d, p: wp.vec2d, q: wp.vec2d, r: wp.vec2d) -> wp.int32:
     "Closed 2D segment ab meets closed triangle pqr."
@@ -237,7 +238,7 @@ def _tri_tri(p0: wp.vec3d, p1: wp.vec3d, p2: wp.vec3d, q0: wp.vec3d, q1: wp.vec3
                 res = wp.int32(0)
     return res
 
-# %% ../nbs/07_intersections.ipynb #59ecea61
+# %% ../nbs/07_intersections.ipynb #32ed2cea
 @wp.func
 def _shared_vertex_tri_tri(s: wp.vec3d, p1: wp.vec3d, p2: wp.vec3d, q1: wp.vec3d, q2: wp.vec3d) -> wp.int32:
     "Triangles (s, p1, p2), (s, q1, q2) meet in more than s: the edge opposite s of one meets the other. 0, 1 or 2 (unknown)."
@@ -275,6 +276,7 @@ def _shared_vertex_tri_tri(s: wp.vec3d, p1: wp.vec3d, p2: wp.vec3d, q1: wp.vec3d
                     res = wp.int32(0)
     return res
 
+# %% ../nbs/07_intersections.ipynb #2702250c
 @wp.func
 def _shared_edge_tri_tri(a: wp.vec3d, b: wp.vec3d, p: wp.vec3d, q: wp.vec3d) -> wp.int32:
     "Triangles (a, b, p), (a, b, q) meet in more than ab: coplanar, p and q on the same side of ab. 0, 1 or 2 (unknown)."
@@ -360,7 +362,7 @@ def _tri_pairs_kernel(bvh: wp.uint64, x: wp.array(dtype=wp.vec3d), f: wp.array(d
                 if k < cap:
                     unknown[k] = wp.vec2i(i, j)
 
-# %% ../nbs/07_intersections.ipynb #faaf38b8
+# %% ../nbs/07_intersections.ipynb #bf334f4f
 def _orient3d_exact(a, b, c, d) -> int:
     ad = [a[k] - d[k] for k in range(3)]; bd = [b[k] - d[k] for k in range(3)]; cd = [c[k] - d[k] for k in range(3)]
     det = (ad[0] * (bd[1] * cd[2] - bd[2] * cd[1]) + ad[1] * (bd[2] * cd[0] - bd[0] * cd[2]) + ad[2] * (bd[0] * cd[1] - bd[1] * cd[0]))
@@ -380,6 +382,7 @@ def _drop_axis_exact(p, q, r) -> int:
     n = [abs(c) for c in _normal_exact(p, q, r)]
     return max(range(3), key=lambda k: n[k])
 
+# %% ../nbs/07_intersections.ipynb #0621e956
 def _on_seg_exact(a, b, c) -> bool:
     return min(a[0], b[0]) <= c[0] <= max(a[0], b[0]) and min(a[1], b[1]) <= c[1] <= max(a[1], b[1])
 
@@ -400,6 +403,7 @@ def _seg_tri_2d_exact(a, b, p, q, r) -> bool:
 def _tri_tri_2d_exact(P, Q) -> bool:
     return any(_seg_tri_2d_exact(P[i], P[(i + 1) % 3], *Q) for i in range(3)) or _pt_in_tri_2d_exact(Q[0], *P)
 
+# %% ../nbs/07_intersections.ipynb #9a1bd7a7
 def _seg_tri_3d_exact(a, b, p, q, r) -> bool:
     sa, sb = _orient3d_exact(p, q, r, a), _orient3d_exact(p, q, r, b)
     if sa * sb > 0: return False

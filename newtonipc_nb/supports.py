@@ -14,7 +14,7 @@ from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays
 # %% auto #0
 __all__ = ['TIE_STIFFNESS', 'SupportTerm', 'TieTerm']
 
-# %% ../nbs/02a_supports.ipynb #8f6b1a8e
+# %% ../nbs/02a_supports.ipynb #3500b466
 @wp.kernel
 def _support_energy_kernel(x: wp.array(dtype=wp.vec3d), idx: wp.array(dtype=wp.int32), target: wp.array(dtype=wp.vec3d),
                            k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64), total: wp.array(dtype=wp.float64)):
@@ -42,6 +42,7 @@ def _support_accumulate_kernel(x: wp.array(dtype=wp.vec3d), idx: wp.array(dtype=
         cols[offset + s] = -1
         vals[offset + s] = wp.mat33d()
 
+# %% ../nbs/02a_supports.ipynb #c2e720a8
 class SupportTerm(ElementEnergyTerm):
     "Temporary supports Σ ½ kᵢ ‖xᵢ − targetᵢ‖², changeable every step with `set` and removed with `clear`."
     def __init__(self, *, device=None):
@@ -83,9 +84,10 @@ class SupportTerm(ElementEnergyTerm):
         wp.launch(_support_accumulate_kernel, dim=self.count, device=self.device,
                   inputs=[x, self.indices, self.targets, self.stiffness, wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
 
-# %% ../nbs/02a_supports.ipynb #6a749970
+# %% ../nbs/02a_supports.ipynb #4d98459d
 TIE_STIFFNESS = 250.0   # N/m
 
+# %% ../nbs/02a_supports.ipynb #fd465d32
 @wp.func
 def _tie_hessian(d: wp.vec3d, L: wp.float64, k: wp.float64, project: wp.int32) -> wp.mat33d:
     l = wp.length(d)
@@ -100,6 +102,7 @@ def _tie_hessian(d: wp.vec3d, L: wp.float64, k: wp.float64, project: wp.int32) -
         H = k * (P + c * (I - P))
     return H
 
+# %% ../nbs/02a_supports.ipynb #19b5ceab
 @wp.kernel
 def _tie_energy_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.int32, ndim=2), rest: wp.array(dtype=wp.float64),
                        k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64), total: wp.array(dtype=wp.float64)):
@@ -145,6 +148,7 @@ def _tie_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp
             cols[base + s] = -1
             vals[base + s] = wp.mat33d()
 
+# %% ../nbs/02a_supports.ipynb #0937e4e8
 class TieTerm(ElementEnergyTerm):
     "The tie Σ ½ k (‖xᵢ − xⱼ‖ − Lᵢⱼ)² over pairs, k = 250 N/m by default; `set` any step, `clear` to remove."
     def __init__(self, *, device=None, k: float = TIE_STIFFNESS, project: bool = True):

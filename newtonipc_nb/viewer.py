@@ -13,7 +13,7 @@ import pythreejs as p3
 __all__ = ['look_at_quaternion', 'mesh_view', 'kept_frames', 'morph_weight_tracks', 'trajectory_view', 'grid_mesh',
            'waving_sheet', 'close_widgets']
 
-# %% ../nbs/00a_viewer.ipynb #279de7c6
+# %% ../nbs/00a_viewer.ipynb #05f09a9c
 def _mesh_object(vertices, faces, color, opacity=1.0, wireframe=True, morph=None, name=""):
     "The film (or an obstacle) as a shaded mesh and, optionally, a faint wireframe over it; `morph` adds one morph target per frame."
     geom = p3.BufferGeometry(attributes={
@@ -40,6 +40,7 @@ def _sphere_object(center, r, name=""):
     return p3.Mesh(geometry=p3.SphereGeometry(radius=float(r), widthSegments=24, heightSegments=16), name=name,
                    material=p3.MeshStandardMaterial(color="#fd8d3c", roughness=0.6), position=tuple(float(v) for v in center))
 
+# %% ../nbs/00a_viewer.ipynb #dce6abf7
 def look_at_quaternion(eye, target, up=(0.0, 0.0, 1.0)) -> tuple:
     "The (x, y, z, w) orientation of a three.js camera at `eye` looking at `target` (it looks down its own −z)."
     z = np.asarray(eye, dtype=np.float64) - np.asarray(target, dtype=np.float64); z /= np.linalg.norm(z)
@@ -65,6 +66,7 @@ def _framed_renderer(children, pts, width, height):
     controls = p3.OrbitControls(controlling=camera, target=(0.0, 0.0, 0.0))
     return p3.Renderer(camera=camera, scene=scene, controls=[controls], width=width, height=height)
 
+# %% ../nbs/00a_viewer.ipynb #89c4756a
 def mesh_view(vertices, faces, *, highlight: dict | None = None, spheres=None, radii=None, obstacles=(),
               color="#9ecae1", width=640, height=480):
     "A pythreejs `Renderer` of a film mesh; `highlight` maps a name to `(vertex indices, color)`; `obstacles` is a list of `(vertices, faces)`."

@@ -24,7 +24,7 @@ from ..distances import KIND_EE, KIND_VT
 __all__ = ['CCD_QUERY_KINDS', 'ccd_queries_dir', 'QueryBatch', 'read_query_file', 'load_ccd_queries', 'ccd_query_report',
            'ipctk_step_bound']
 
-# %% ../../nbs/33_ccd_references.ipynb #e00ce87e
+# %% ../../nbs/33_ccd_references.ipynb #d4a1bfaa
 CCD_QUERY_KINDS = ("vertex-face", "edge-edge")
 
 def ccd_queries_dir() -> Path | None:
@@ -35,6 +35,7 @@ def ccd_queries_dir() -> Path | None:
     p = Path(env) if env else repo / "nbs" / "data" / "ccd-sample-queries"
     return p if p.is_dir() else None
 
+# %% ../../nbs/33_ccd_references.ipynb #e80e4567
 @dataclass
 class QueryBatch:
     "One CSV of sample queries: `x0`, `x1` (n, 4, 3) float64 start/end rows, `truth` (n,) bool, and whether the doubles are exact."
@@ -62,6 +63,7 @@ def read_query_file(path, scene: str = "", kind: str = "", limit: int | None = N
     if not (truth == truth[:, :1]).all(): raise ValueError(f"{path}: ground-truth flag differs within a query")
     return QueryBatch(scene, kind, path.name, xyz[:, :4].copy(), xyz[:, 4:].copy(), truth[:, 0].astype(bool), exact)
 
+# %% ../../nbs/33_ccd_references.ipynb #11ae26b9
 def load_ccd_queries(root=None, *, kinds=CCD_QUERY_KINDS, scenes=None, limit_per_file: int | None = None) -> list[QueryBatch]:
     "All sample-query files under `root` (default `ccd_queries_dir()`), one `QueryBatch` per CSV, sorted by scene, kind and file."
     root = Path(root) if root is not None else ccd_queries_dir()

@@ -17,7 +17,7 @@ from ..distances import KIND_EE, KIND_NAMES, KIND_VT, edge_edge_distance, vertex
 __all__ = ['VT_CASES', 'EE_CASES', 'sample_configurations', 'ipctk_distances', 'ipctk_agreement', 'exact_edge_edge_distance',
            'film_obstacle_distance']
 
-# %% ../../nbs/31_distance_references.ipynb #90ee4d2a
+# %% ../../nbs/31_distance_references.ipynb #361d6430
 VT_CASES = ("random", "mm-scale", "sliver triangle", "near plane", "near edge line")
 EE_CASES = ("random", "mm-scale", "parallel", "nearly parallel", "nearly touching")
 
@@ -58,6 +58,7 @@ def sample_configurations(kind: int, case: str, n: int, seed: int = 0) -> np.nda
         return x
     raise ValueError(f"kind must be KIND_VT ({KIND_VT}) or KIND_EE ({KIND_EE}), got {kind}")
 
+# %% ../../nbs/31_distance_references.ipynb #3ffd782d
 def ipctk_distances(kind: int, x: np.ndarray) -> np.ndarray:
     "sqrt of ipctk's squared point–triangle / edge–edge distance (automatic distance type) for each configuration."
     import ipctk

@@ -28,7 +28,7 @@ def central_gradient(f, X: np.ndarray, h: float) -> np.ndarray:
         gf[i] = (f(xp.reshape(X.shape)) - f(xm.reshape(X.shape))) / (2 * h)
     return g
 
-# %% ../../nbs/30_elastic_references.ipynb #e86ab6a6
+# %% ../../nbs/30_elastic_references.ipynb #eab34976
 def torch_membrane_energy(X, B, area, mu, lam, model: str = "neohookean"):
     "Per-triangle membrane energy in torch from the formulas above (X (n, 3, 3), B (n, 3, 2) torch float64 tensors)."
     F = torch.einsum("nai,naj->nij", X, B)
@@ -52,6 +52,7 @@ def torch_hinge_energy(X, theta0, k):
     r = theta - theta0
     return 0.5 * k * torch.atan2(torch.sin(r), torch.cos(r)) ** 2
 
+# %% ../../nbs/30_elastic_references.ipynb #ef440d9b
 def torch_support_energy(x, indices, targets, k):
     "Per-support ½ kᵢ ‖xᵢ − tᵢ‖² in torch."
     return 0.5 * k * ((x[indices] - targets) ** 2).sum(1)
@@ -60,6 +61,7 @@ def torch_tie_energy(x, pairs, rest, k):
     "Per-pair ½ k (‖xᵢ − xⱼ‖ − L)² in torch."
     return 0.5 * k * ((x[pairs[:, 0]] - x[pairs[:, 1]]).norm(dim=1) - rest) ** 2
 
+# %% ../../nbs/30_elastic_references.ipynb #4faa8a6a
 def _rel(a, b, axis=None):
     "Relative difference ‖a − b‖ / ‖b‖ per element (rows) or overall."
     a, b = np.asarray(a), np.asarray(b)
