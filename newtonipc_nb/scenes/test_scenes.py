@@ -11,7 +11,7 @@ import warp as wp
 
 from ..candidates import ContactSet
 from ..distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT
-from ..inputs import BAG_FILM, IPCModel, add_mesh, bag_mesh
+from ..inputs import BAG_FILM, IPCModel, add_mesh, bag_mesh, ring_vertices
 
 # %% auto #0
 __all__ = ['bag_film_model', 'flattened_bag', 'folded_bag', 'crumpled_bag', 'barrier_test_scene', 'through_face_scene',
@@ -126,8 +126,6 @@ def flat_crumpled_sheet(rng, n: int = 8, tilted: bool = False) -> tuple[np.ndarr
 # %% ../../nbs/20_test_scenes.ipynb #38fe9dfa
 def bag_step_states(seed: int = 0, push: float = 1.2e-3, noise: float = 2e-4, fold_ring: int = 8):
     "A folded bag state `x (481, 3)` (flattened, folded over mesh ring `fold_ring`), a direction `dx` squeezing its layers together (plus noise), faces."
-    from newtonipc_nb.barrier import folded_bag
-    from newtonipc_nb.inputs import ring_vertices
     V, F = bag_mesh()
     x = folded_bag(V, fold_z=float(V[ring_vertices(fold_ring)[0], 2]))
     rng = np.random.default_rng(seed)
