@@ -452,7 +452,8 @@ def build(out: Path = OUT, only=(), force=False, timeout=900, jobs=1, quiet=Fals
     out.mkdir(parents=True, exist_ok=True)
     require_paths = vendor(out)
     nbs = notebooks()
-    pages = [dict(src=str(p.relative_to(NBS)), html=page_name(p), title=title_of(p)) for p in nbs]
+    rel = lambda p: str(p.relative_to(NBS) if p.is_relative_to(NBS) else p.name)
+    pages = [dict(src=rel(p), html=page_name(p), title=title_of(p)) for p in nbs]
     (out / "_site.json").write_text(json.dumps(dict(pages=pages, require_paths=require_paths)))
     todo = []
     for p in nbs:
@@ -467,7 +468,7 @@ def build(out: Path = OUT, only=(), force=False, timeout=900, jobs=1, quiet=Fals
     while procs or running:
         while procs and len(running) < max(1, jobs):
             p, key = procs.pop(0)
-            if not quiet: print(f"docs_preview: building {page_name(p)} from nbs/{p.relative_to(NBS)}", flush=True)
+            if not quiet: print(f"docs_preview: building {page_name(p)} from nbs/{rel(p)}", flush=True)
             info_f = out / "_pages" / (page_name(p).replace("/", "__") + ".json")
             info_f.unlink(missing_ok=True)  # the page process writes it; none afterwards means the process died
             cmd = [sys.executable, __file__, "--page", str(p), "--out", str(out), "--timeout", str(timeout), "--key", key]
@@ -485,11 +486,11 @@ def build(out: Path = OUT, only=(), force=False, timeout=900, jobs=1, quiet=Fals
             if not info_f.exists() or proc.returncode:
                 tail = " ".join(err.strip().splitlines()[-3:])[-600:]
                 info = json.loads(info_f.read_text()) if info_f.exists() else dict(
-                    source="nbs/" + str(p.relative_to(NBS)), html=page_name(p), errors=[], skipped={})
+                    source="nbs/" + rel(p), html=page_name(p), errors=[], skipped={})
                 info.update(ok=False, fatal=info.get("fatal") or f"the page's build process exited with status {proc.returncode}"
                             + (f": {tail}" if tail else ""))
                 info_f.parent.mkdir(parents=True, exist_ok=True); info_f.write_text(json.dumps(info, indent=1))
-    report = dict(pages=[], built=[str(p.relative_to(NBS)) for p, _ in todo])
+    report = dict(pages=[], built=[rel(p) for p, _ in todo])
     for pg in pages:
         f = out / "_pages" / (pg["html"].replace("/", "__") + ".json")
         rec = json.loads(f.read_text()) if f.exists() else dict(source="nbs/" + pg["src"], html=pg["html"], errors=[],

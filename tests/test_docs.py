@@ -1,16 +1,20 @@
-"""The docs site: the Quarto/nbdev settings `nbdev_docs` needs, the deploy workflow, and (slow) the offline preview
-opened page by page in headless Chromium.
+"""The docs site: the Quarto/nbdev settings `nbdev_docs` needs, the deploy workflow, the checks of a built site (on
+small made-up sites and notebooks, in the default suite), the stored scene of a trajectory view, and (flag `browser`)
+the offline preview built and opened page by page in headless Chromium.
 
-The browser test builds the preview with the README's command (`python .ci/docs_preview.py`, which executes the
-notebooks) and needs Debian's `chromium` (`apt-get install -y chromium`); it is skipped, saying why, when chromium
-is absent. Run it with
-    NEWTONIPC_TEST_FLAGS=slow python -m pytest tests/test_docs.py
-Screenshots of every page and of every 3D canvas land in _docs_preview/_check/.
+The browser check builds the preview with the contributing page's command (`python .ci/docs_preview.py`, which
+executes the notebooks but never their `slow`/`gpu` cells: pages show stored results) and needs Debian's `chromium`
+(`apt-get install -y chromium`). Run it with
+    NEWTONIPC_TEST_FLAGS=browser python -m pytest tests/test_docs.py
+It fails when a page fails to build or is missing, has a console error, a broken internal link, missing API docs,
+untypeset math, a blank 3D canvas, Warp log lines, or a scene whose objects show different frames. Screenshots of
+every page and of every 3D canvas land in _docs_preview/_check/.
 """
-import base64, functools, http.server, importlib.util, json, os, re, shutil, struct, subprocess, tempfile, threading, time, zlib
+import base64, contextlib, functools, http.server, importlib.util, json, os, re, shutil, struct, subprocess, tempfile, threading, time, zlib
 from configparser import ConfigParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -18,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("docs_preview", ROOT / ".ci" / "docs_preview.py")
 docs_preview = importlib.util.module_from_spec(_spec); _spec.loader.exec_module(docs_preview)
 CFG = ConfigParser(delimiters=["="]); CFG.read(ROOT / "settings.ini"); CFG = CFG["DEFAULT"]
+BROWSER_FLAG = "browser"  # NEWTONIPC_TEST_FLAGS=browser runs the browser check (and switches on no notebook cell)
+CONTRIBUTING = ROOT / "nbs" / "contributing.ipynb"
+BROWSER_CMD = f"NEWTONIPC_TEST_FLAGS={BROWSER_FLAG} .venv/bin/python -m pytest tests/test_docs.py"
 
 
 # ------------------------------------------------------------------ fast checks (default suite)
@@ -46,25 +53,231 @@ def test_every_notebook_gets_a_page():
     nbs = docs_preview.notebooks()
     names = [docs_preview.page_name(p) for p in nbs]
     assert names[0] == "index.html" and len(set(names)) == len(names)
-    assert "viewer.html" in names and all(not n[0].isdigit() for n in names)
-    readme = (ROOT / "README.md").read_text()
-    assert "python .ci/docs_preview.py" in readme, "the README gives the one preview command"
+    assert "viewer.html" in names and "contributing.html" in names and all(not n[0].isdigit() for n in names)
+    assert names[-1] == "contributing.html", "the contributing page comes last in the sidebar"
 
 
-def test_skipped_cells_follow_tst_flags():
+def test_contributing_page_gives_the_commands():
+    "The docs-building instructions live on the contributing page: the preview, the browser check, tests, flags, nbdev."
+    md = "".join("".join(c["source"]) for c in json.loads(CONTRIBUTING.read_text())["cells"] if c["cell_type"] == "markdown")
+    for what in (".venv/bin/python .ci/docs_preview.py", BROWSER_CMD, "--run-flags slow", "python -m pytest tests",
+                 "`slow`", "`gpu`", f"`{BROWSER_FLAG}`", "nbdev_export", "nbdev_clean", "nbdev_update", ".ci/readme.py",
+                 "deploy.yaml", "Quarto", "_docs_preview/_check/"):
+        assert what in md, f"the contributing page does not mention {what!r}"
+
+
+@contextlib.contextmanager
+def env(**kw):
+    old = {k: os.environ.get(k) for k in kw}
+    for k, v in kw.items():
+        if v is None: os.environ.pop(k, None)
+        else: os.environ[k] = v
+    try: yield
+    finally:
+        for k, v in old.items():
+            if v is None: os.environ.pop(k, None)
+            else: os.environ[k] = v
+
+
+def test_skipped_cells_follow_docs_flags_not_test_flags():
+    "The docs build skips flagged cells whatever NEWTONIPC_TEST_FLAGS says; only --run-flags (NEWTONIPC_DOCS_FLAGS) runs them."
     import nbformat
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("#| slow\nraise RuntimeError('slow ran')"),
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("#| slow\nprint('slow ran')"),
                                          nbformat.v4.new_code_cell("#| eval: false\nraise RuntimeError('eval false ran')"),
                                          nbformat.v4.new_code_cell("x = 6 * 7\nprint(x)")])
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "t.ipynb"; nbformat.write(nb, p)
-        old = os.environ.pop("NEWTONIPC_TEST_FLAGS", None)
-        try: ran, skipped, errors = docs_preview.execute(p, timeout=60)
-        finally:
-            if old is not None: os.environ["NEWTONIPC_TEST_FLAGS"] = old
+        with env(NEWTONIPC_TEST_FLAGS="slow gpu browser", NEWTONIPC_DOCS_FLAGS=None):
+            ran, skipped, errors = docs_preview.execute(p, timeout=60)
+        with env(NEWTONIPC_DOCS_FLAGS="slow"):
+            ran_slow, skipped_slow, _ = docs_preview.execute(p, timeout=60)
+        with env(NEWTONIPC_DOCS_FLAGS="browser"), pytest.raises(ValueError, match="not tst_flags"):
+            docs_preview.skip_flags()
     assert skipped == {0: "slow", 1: "eval: false"} and errors == []
     assert ran.cells[2].outputs[0]["text"] == "42\n" and "not run in the docs build" in ran.cells[0].outputs[0]["text"]
     assert ran.cells[0].source.startswith("#| slow")
+    assert skipped_slow == {1: "eval: false"} and ran_slow.cells[0].outputs[0]["text"] == "slow ran\n"
+
+
+def test_warp_is_quiet_in_the_docs_build():
+    "The kernel runs with Warp's log level at WARNING; what gets through anyway is stripped from the outputs."
+    import nbformat
+    noisy = ("Warp 1.19.0 initialized:\n   Git commit: abc\n   CUDA Toolkit 12.9, CUDA driver not available (NVRTC compilation available)\n"
+             "   Devices:\n     \"cpu\"      : \"x86_64\"\n   Kernel cache:\n     /tmp/wc\n"
+             "Module newtonipc_nb.barrier 1a2b3c4 load on device 'cpu' took 12.34 ms  (cached)\nresult 7\n")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import warp as wp; print(wp.config.log_level == wp.LOG_WARNING)"),
+                                         nbformat.v4.new_code_cell(f"import sys; sys.stdout.write({noisy!r}); "
+                                                                   "sys.stderr.write('Warp CUDA warning: Could not find or load the NVIDIA CUDA driver.\\n');")])
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "t.ipynb"; nbformat.write(nb, p)
+        ran, _, errors = docs_preview.execute(p, timeout=120)
+    assert errors == [] and ran.cells[0].outputs[0]["text"] == "True\n"
+    texts = [o["text"] for o in ran.cells[1].outputs]
+    assert texts == ["result 7\n"], texts
+
+
+# ------------------------------------------------------------------ the checks of a built site, on made-up sites
+def fake_site(tmp: Path, pages: dict, report=None):
+    "A built site in `tmp`: `pages` maps a page name to its HTML body (None: listed but not written)."
+    (tmp / "_site.json").write_text(json.dumps(dict(pages=[dict(src=n.replace(".html", ".ipynb"), html=n, title=n) for n in pages],
+                                                    require_paths={})))
+    (tmp / "_static").mkdir(exist_ok=True); (tmp / "_static" / "x.css").write_text("")
+    for n, body in pages.items():
+        if body is not None: (tmp / n).parent.mkdir(parents=True, exist_ok=True); (tmp / n).write_text(body)
+    report = report or dict(pages=[dict(html=n, ok=True) for n in pages])
+    (tmp / "build.json").write_text(json.dumps(report))
+    return tmp
+
+
+GOOD = {"index.html": '<h1 id="home">Home</h1><a href="./api.html#ipcmodel">IPCModel</a> <a href="api.html">API</a> '
+                      '<a href="#home">top</a> <a href="https://example.org/x.html#nope">out</a> <a href="_static/x.css">css</a>',
+        "api.html": '<h3 id="ipcmodel">IPCModel</h3><h3 id="ipcmodel.from_newton">IPCModel.from_newton</h3>'
+                    '<a href="./index.html">home</a> <a href="#ipcmodel.from_newton">m</a>',
+        "sub/deep.html": '<h2 id="deep">Deep</h2><a href="../api.html#ipcmodel">up</a> <a href="../index.html#home">home</a>'}
+
+
+def test_check_site_passes_a_good_site(tmp_path):
+    assert docs_preview.check_site(fake_site(tmp_path, GOOD)) == []
+
+
+@pytest.mark.parametrize("defect, expect", [
+    ("missing page", "api.html: the page is missing"),
+    ("failed build", "api.html: its build failed: CellTimeoutError: cell 3 ran past 900 s"),
+    ("never built", "api.html: not in the build report"),
+    ("missing anchor", "index.html: link './api.html#ipcmodel.to_newton': api.html has no anchor #ipcmodel.to_newton"),
+    ("capitalised anchor", "index.html: link './api.html#IPCModel': api.html has no anchor #IPCModel"),
+    ("missing page link", "index.html: link 'gone.html#x': no page gone.html"),
+    ("above the root", "sub/deep.html: link '../../api.html': no page ../"),
+    ("missing same-page anchor", "api.html: link '#nowhere': api.html has no anchor #nowhere"),
+    ("warp log", "api.html: Warp's log on the page"),
+])
+def test_check_site_finds_each_defect(tmp_path, defect, expect):
+    "Every failure the browser check reports from the built files is found on a small made-up site."
+    pages, report = dict(GOOD), None
+    if defect == "missing page": pages["api.html"] = None
+    elif defect == "failed build":
+        report = dict(pages=[dict(html=n, ok=n != "api.html", fatal=None if n != "api.html" else "CellTimeoutError: cell 3 ran past 900 s")
+                             for n in pages])
+    elif defect == "never built": report = dict(pages=[dict(html=n, ok=True) for n in pages if n != "api.html"])
+    elif defect == "missing anchor": pages["index.html"] += '<a href="./api.html#ipcmodel.to_newton">x</a>'
+    elif defect == "capitalised anchor": pages["index.html"] += '<a href="./api.html#IPCModel">x</a>'
+    elif defect == "missing page link": pages["index.html"] += '<a href="gone.html#x">x</a>'
+    elif defect == "above the root": pages["sub/deep.html"] += '<a href="../../api.html">x</a>'
+    elif defect == "missing same-page anchor": pages["api.html"] += '<a href="#nowhere">x</a>'
+    elif defect == "warp log": pages["api.html"] += "<pre>Module newtonipc_nb.ccd 1a2b3c4 load on device &#x27;cpu&#x27; took 3.10 ms</pre>"
+    problems = docs_preview.check_site(fake_site(tmp_path, pages, report))
+    if defect == "missing page":  # and every link to it
+        assert problems[0] == expect and all("no page api.html" in p for p in problems[1:]) and len(problems) == 4, problems
+    else: assert len(problems) == 1 and problems[0].startswith(expect), problems
+
+
+def test_heading_ids_are_the_anchors_nbdev_links_to():
+    "Headings get pandoc's ids (what Quarto gives them and nbdev's doc links point at); the page's own links follow."
+    assert docs_preview.pandoc_id("IPCModel") == "ipcmodel"
+    assert docs_preview.pandoc_id("IPCModel.from_newton") == "ipcmodel.from_newton"
+    assert docs_preview.pandoc_id("IPCModel: the solver's view of a Newton model") == "ipcmodel-the-solvers-view-of-a-newton-model"
+    assert docs_preview.pandoc_id("1. Vertex–triangle (§6)") == "vertextriangle-6"
+    body = ('<h3 id="IPCModel">IPCModel<a class="anchor-link" href="#IPCModel">¶</a></h3>'
+            '<h2 id="Vertex–triangle">Vertex–triangle<a class="anchor-link" href="#Vertex%E2%80%93triangle">¶</a></h2>'
+            '<h2 id="Notes">Notes</h2><h2 id="Notes">Notes</h2><a href="#IPCModel">see</a>')
+    out = docs_preview.pandoc_heading_ids(body)
+    ids, hrefs = docs_preview.page_links(out)
+    assert ids == {"ipcmodel", "vertextriangle", "notes", "notes-1"} and set(hrefs) == {"#ipcmodel", "#vertextriangle"}
+    from nbdev.doclinks import NbdevLookup  # nbdev's own link for a class of the package: the id the page gives it
+    link = NbdevLookup().doc("IPCModel")
+    assert link.endswith("inputs.html#ipcmodel"), link
+
+
+def test_failed_page_build_keeps_the_last_good_page_and_exits_1(tmp_path, monkeypatch):
+    "A notebook that raises, or runs past the cell timeout, fails its page: named in the report with its error, the"
+    " page before it left untouched, exit status 1; a good notebook's page is (re)written whole."
+    import nbformat
+    src = tmp_path / "nbs"; src.mkdir()
+    books = {"good": ["print('fine')"], "raises": ["raise ValueError('broken on purpose')"],
+             "slowcell": ["import time; time.sleep(60)"]}
+    for name, cells in books.items():
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# {name}")] +
+                                                [nbformat.v4.new_code_cell(c) for c in cells]), src / f"{name}.ipynb")
+    out = tmp_path / "site"; out.mkdir()
+    for name in books: (out / f"{name}.html").write_text(f"last good {name}")
+    (out / "_static" / "html-manager").mkdir(parents=True)
+    monkeypatch.setattr(docs_preview, "notebooks", lambda: sorted(src.glob("*.ipynb")))
+    monkeypatch.setattr(docs_preview, "vendor", lambda out: {})
+    rc = docs_preview.main(["--out", str(out), "--timeout", "5"])
+    report = json.loads((out / "build.json").read_text())
+    assert rc == 1 and set(report["failed"]) == {"raises.html", "slowcell.html"}, report["failed"]
+    assert "ValueError: broken on purpose" in report["failed"]["raises.html"]
+    assert "Timeout" in report["failed"]["slowcell.html"] or "timed out" in report["failed"]["slowcell.html"]
+    assert (out / "raises.html").read_text() == "last good raises" and (out / "slowcell.html").read_text() == "last good slowcell"
+    assert "broken on purpose" in (out / "_failed" / "raises.html").read_text()
+    assert "fine" in (out / "good.html").read_text() and not list(out.glob(".*.tmp"))
+    problems = docs_preview.check_site(out)
+    assert any(p.startswith("raises.html: its build failed") for p in problems)
+    assert any(p.startswith("slowcell.html: its build failed") for p in problems)
+
+
+# ------------------------------------------------------------------ the scene a trajectory view stores
+def shown_frame(drawn: dict, film_targets, sphere_tracks, tol=1e-5):
+    "The kept frame k at which every object of a scene is drawn: the film (base + Σ w (target − base)), each sphere"
+    " centre; None if no single frame fits them all. `drawn`: {'film': (N, 3), 'film_wire': ..., 'sphere0': (3,), ...}."
+    targets = np.asarray(film_targets, dtype=np.float64)
+    scale = max(float(np.ptp(targets.reshape(-1, 3), axis=0).max()), 1e-12)
+    fits = []
+    for k in range(len(targets)):
+        ok = all(np.abs(np.asarray(v, dtype=np.float64) - (targets[k] if n.startswith("film") else sphere_tracks[n][k])).max()
+                 <= tol * scale for n, v in drawn.items())
+        if ok: fits.append(k)
+    return fits[0] if fits else None
+
+
+def drawn_film(base, targets, weights):
+    "Where three.js draws morph-targeted positions (absolute targets, as in pythreejs's three.js r97)."
+    base = np.asarray(base, dtype=np.float64)
+    return base + sum(w * (np.asarray(t, dtype=np.float64) - base) for w, t in zip(weights, targets) if w)
+
+
+def test_shown_frame_tells_mixed_frames():
+    targets = np.arange(4 * 5 * 3, dtype=float).reshape(4, 5, 3); balls = {"sphere0": np.arange(12.0).reshape(4, 3)}
+    assert shown_frame({"film": targets[2], "sphere0": balls["sphere0"][2]}, targets, balls) == 2
+    assert shown_frame({"film": targets[0], "sphere0": balls["sphere0"][3]}, targets, balls) is None   # the reported bug
+    assert shown_frame({"film": targets[3], "film_wire": targets[1]}, targets, balls) is None
+    assert np.allclose(drawn_film(targets[0], targets, [0, 0, 1, 0]), targets[2])
+    assert np.allclose(drawn_film(targets[2], targets, [0, 0, 0, 0]), targets[2])
+
+
+def test_trajectory_view_stores_one_frame_for_every_object():
+    "On load (the stored state) and after the slider moves, the film (weights and base positions), the spheres, the"
+    " slider and the label show the same frame; the base positions alone show it too (weights not yet applied)."
+    from newtonipc_nb.viewer import trajectory_view, waving_sheet, close_widgets
+    wf, wF, wball = waving_sheet(T=90)
+    frames = np.concatenate([wf, wf[::-1] + 0.01]); balls = np.concatenate([wball, wball[::-1]])  # 180 frames
+    tv = trajectory_view(frames, wF, spheres=balls, radii=[0.05], fps=30, max_frames=40)
+    try:
+        content = tv.renderer.scene.children[0]
+        film, wire = [o for o in content.children if o.name in ("film", "film_wire")]
+        ball = next(o for o in content.children if o.name == "sphere0")
+        keep = tv.kept; targets = frames[keep]; tracks = {"sphere0": balls[keep, 0]}
+        slider, label = tv.slider, tv.children[2].children[3]
+        def check(k):
+            base = np.asarray(film.geometry.attributes["position"].array)
+            drawn = {"film": drawn_film(base, targets, film.morphTargetInfluences),
+                     "film_wire": drawn_film(base, targets, wire.morphTargetInfluences), "sphere0": ball.position}
+            assert shown_frame(drawn, targets, tracks, tol=1e-6) == k
+            assert slider.value == keep[k] and f"frame {keep[k]} of 0–{len(frames) - 1}" in label.value
+            assert tv.shown == k and tv.play.value == k
+        assert len(keep) == 40 and keep[-1] == 179
+        check(39)                                                     # on load: the last frame
+        base = np.asarray(film.geometry.attributes["position"].array)  # the film's base positions are the shown frame
+        assert shown_frame({"film": base, "sphere0": ball.position}, targets, tracks, tol=1e-6) == 39
+        slider.value = 100; check(int(np.argmin(abs(keep - 100))))  # snapped to the nearest kept frame
+        tv.play.value = 5; check(5)
+        tv2 = trajectory_view(frames, wF, spheres=balls, radii=[0.05], fps=30, max_frames=40, frame=0)
+        c2 = tv2.renderer.scene.children[0].children
+        assert np.allclose(c2[0].geometry.attributes["position"].array, frames[0], atol=1e-6)
+        assert np.allclose(c2[2].position, balls[0, 0]) and tv2.slider.value == 0
+        close_widgets(tv2)
+    finally:
+        close_widgets(tv)
 
 
 # ------------------------------------------------------------------ headless Chromium through the DevTools protocol
