@@ -448,83 +448,245 @@ def test_warp_functions_get_api_docs():
     assert "### point_triangle_weights" in md and "p:wp.vec3d" in md and ")->wp.vec4d" in md
 
 
-@pytest.mark.slow
+# Before any script of a page runs: when require.js has the path of three.js, load it and wrap
+# AnimationMixer.clipAction (pythreejs makes each clip's action with `mixer.clipAction(clip, root)`) so that every
+# trajectory scene, its clip and its action can be read back from the page.
+HOOK_JS = r"""
+window.__clips = [];
+(function wait() {
+  const r = window.requirejs, ctx = r && r.s && r.s.contexts && r.s.contexts._;
+  if (ctx && ctx.config && ctx.config.paths && ctx.config.paths.three) {
+    r(['three'], function (T) {
+      const clipAction = T.AnimationMixer.prototype.clipAction;
+      T.AnimationMixer.prototype.clipAction = function (clip, root) {
+        const a = clipAction.call(this, clip, root);
+        if (a && !window.__clips.some(c => c.action === a)) window.__clips.push({root: root || this.getRoot(), clip: a.getClip(), action: a});
+        return a;
+      };
+      window.__threeHooked = true;
+    });
+  } else if (document.readyState !== 'complete') setTimeout(wait, 2);
+})();
+"""
+
+# Every trajectory scene: the film's base positions and morph targets (one per kept frame), the weights of the film and
+# its wireframe, each sphere's position, the clip's sphere tracks and kept times, the action's time, and the texts of
+# the widget box around it (its clip line, slider readout and frame label), in the page's order of play buttons.
+SCENES_JS = r"""
+(() => {
+  const arr = a => Array.from(a || []);
+  const out = [];
+  for (const rec of window.__clips) {
+    const s = {time: rec.action.time, objects: {}, tracks: {}, times: [], targets: null, base: null};
+    rec.root.traverse(o => {
+      if (o.isMesh && (o.name === 'film' || o.name === 'film_wire')) {
+        const g = o.geometry;
+        if (!s.targets) { s.targets = (g.morphAttributes.position || []).map(t => arr(t.array)); s.base = arr(g.attributes.position.array); }
+        s.objects[o.name] = {weights: arr(o.morphTargetInfluences)};
+      } else if (/^sphere\d+$/.test(o.name)) s.objects[o.name] = {position: o.position.toArray()};
+    });
+    for (const t of rec.clip.tracks) {
+      let m = /^(sphere\d+)\.position$/.exec(t.name);
+      if (m) s.tracks[m[1]] = arr(t.values);
+      m = /^film\.morphTargetInfluences\[(\d+)\]$/.exec(t.name);
+      if (m) s.times[+m[1]] = t.times[arr(t.values).indexOf(1)];
+    }
+    out.push(s);
+  }
+  const boxes = [...document.querySelectorAll('.trajectory-play')].map(el => {
+    const box = el.closest('.widget-vbox');
+    const ro = box && box.querySelector('.widget-readout');
+    return {text: box ? box.innerText : '', readout: ro ? ro.innerText : null};
+  });
+  return {scenes: out, boxes: boxes, hooked: !!window.__threeHooked};
+})()
+"""
+
+
+def scene_blend(sc: dict):
+    "The weights over the kept frames that the drawn film shows, or a string saying why it shows no one blend."
+    K, N = len(sc["targets"]), len(sc["base"]) // 3
+    targets, base = np.asarray(sc["targets"], dtype=np.float64).reshape(K, N, 3), np.asarray(sc["base"], dtype=np.float64).reshape(N, 3)
+    scale = max(float(np.ptp(targets.reshape(-1, 3), axis=0).max()), 1e-9)
+    blends = {}
+    for name in ("film", "film_wire"):
+        w = np.zeros(K); got = sc["objects"].get(name, {}).get("weights", [])
+        w[:len(got)] = got
+        drawn = drawn_film(base, targets, w)
+        if abs(w.sum() - 1) < 1e-4: blends[name] = w
+        elif abs(w.sum()) < 1e-6:  # weights not applied: the base positions are drawn
+            k = shown_frame({"film": drawn}, targets, {}, tol=1e-4)
+            if k is None: return f"{name}: its base positions are no kept frame"
+            blends[name] = np.eye(K)[k]
+        else: return f"{name}: morph weights sum to {w.sum():.4g}"
+        if np.abs(drawn - np.tensordot(blends[name], targets, 1)).max() > 1e-4 * scale:
+            return f"{name}: drawn positions are not the blend of frames its weights say"
+    if "film_wire" in blends and np.abs(blends["film"] - blends["film_wire"]).max() > 1e-4:
+        return f"film at frame(s) {np.flatnonzero(blends['film'])}, its wireframe at {np.flatnonzero(blends['film_wire'])}"
+    return blends["film"]
+
+
+def scene_problems(sc: dict) -> list[str]:
+    "Objects of one trajectory scene that show a different frame (or blend of frames) from the film's."
+    w = scene_blend(sc)
+    if isinstance(w, str): return [w]
+    K = len(sc["targets"]); out = []
+    for name, o in sc["objects"].items():
+        if "position" not in o: continue
+        vals = np.asarray(sc["tracks"].get(name, []), dtype=np.float64).reshape(-1, 3)
+        if len(vals) != K: out.append(f"{name}: {len(vals)} keyframes for {K} film frames"); continue
+        want = w @ vals; span = max(float(np.ptp(vals, axis=0).max()), 1e-6)
+        if np.abs(np.asarray(o["position"]) - want).max() > 1e-3 * span + 1e-6:
+            ks = [int(k) for k in np.flatnonzero(np.abs(vals - np.asarray(o["position"])).max(1) < 1e-6 + 1e-3 * span)]
+            out.append(f"{name} is at {o['position']} (kept frame(s) {ks}), the film at kept frame(s) "
+                       f"{[int(k) for k in np.flatnonzero(w > 1e-6)]} (weights {np.round(w[w > 1e-6], 3).tolist()})")
+    return out
+
+
+def box_frame(box: dict, sc: dict):
+    "The kept frame the widget box's slider and label name (it prints the trajectory frame and the fps), or a problem."
+    m = re.search(r"at ([\d.]+) fps", box["text"]); f = re.search(r"frame (\d+) of 0–(\d+)", box["text"])
+    if not (m and f and box["readout"]): return f"the box names no frame (text {box['text'][:200]!r})"
+    fps, shown = float(m.group(1)), int(f.group(1))
+    if int(box["readout"]) != shown: return f"the slider shows frame {box['readout']}, the label frame {shown}"
+    kept = [int(round(t * fps)) for t in sc["times"]]
+    return kept.index(shown) if shown in kept else f"frame {shown} is not a kept frame {kept[:5]}..."
+
+
+def test_scene_checks_tell_mixed_frames():
+    "The checks of a trajectory scene read from a page: one frame for all (on load, mid-play), and the bug reported."
+    T = np.arange(3 * 4 * 3, dtype=float).reshape(3, 4, 3); S = np.array([[0, 0, 0], [1, 0, 0], [2, 0, 0.]])
+    sc = lambda base, w, wire, ball: dict(targets=T.reshape(3, -1).tolist(), base=T[base].ravel().tolist(), tracks={"sphere0": S.ravel().tolist()},
+                                          times=[0, .5, 1], objects={"film": {"weights": w}, "film_wire": {"weights": wire},
+                                                                     "sphere0": {"position": ball}})
+    assert scene_problems(sc(2, [0, 0, 1], [0, 0, 1], [2, 0, 0])) == []
+    assert scene_problems(sc(2, [0, 0, 0], [0, 0, 0], [2, 0, 0])) == []                # weights not applied: base = frame 2
+    assert scene_problems(sc(0, [0, .25, .75], [0, .25, .75], [1.75, 0, 0])) == []     # mid-play
+    assert "sphere0 is at [2, 0, 0] (kept frame(s) [2]), the film at kept frame(s) [0]" in scene_problems(sc(0, [0, 0, 0], [0, 0, 0], [2, 0, 0]))[0]
+    assert "wireframe" in scene_problems(sc(0, [0, 0, 1], [1, 0, 0], [2, 0, 0]))[0]
+    assert "sum to" in scene_problems(sc(0, [0, 1, 1], [0, 1, 1], [2, 0, 0]))[0]
+    box = {"text": "a clip of 3 of the 21 frames, 1 s at 20 fps frame 20 of 0–20, t = 1 s", "readout": "20"}
+    assert box_frame(box, dict(times=[0, .5, 1])) == 2
+    assert "slider shows frame 19" in box_frame(dict(box, readout="19"), dict(times=[0, .5, 1]))
+
+
+def check_page(browser, base, name, page, check) -> list[str]:
+    "Open one built page and return its problems (console errors, math, API docs, canvases, scenes)."
+    problems = []
+    try: browser.goto(base + name)
+    except Exception as e: return [f"{name}: could not be opened ({type(e).__name__}: {e})"]
+    views = page.get("widget_views", 0)
+    t0, last, stable = time.time(), -1, 0
+    while views and time.time() - t0 < 60 and stable < 3:  # the widget manager renders every view, then stops
+        n = browser.js("document.querySelectorAll('canvas').length")
+        stable, last = (stable + 1 if n == last and n > 0 else 0), n
+        time.sleep(0.5)
+    time.sleep(3 if views else 0.5)  # let three.js draw and MathJax typeset
+    (check / (name.replace("/", "__") + ".png")).write_bytes(browser.screenshot())
+    errs = browser.errors()
+    if errs: problems.append(f"{name}: console errors: {errs[:5]}")
+    src = docs_preview.NBS / page["source"].split("nbs/", 1)[1]
+    md = "".join("".join(c["source"]) for c in json.loads(src.read_text())["cells"] if c["cell_type"] == "markdown")
+    if "$$" in md or re.search(r"\$[^$\s][^$]*\$", md):  # the page has math: MathJax (local) typeset it
+        typeset = browser.js("document.querySelectorAll('mjx-container').length")
+        if not typeset or browser.js("document.querySelector('main').innerText.includes('$$')"):
+            problems.append(f"{name}: its math is not typeset ({typeset} formulas rendered)")
+    if docs_preview.source_key(src) == page.get("key"):  # else someone edited it while the check ran: API docs not checked
+        want, warp_funcs = documented_names(src)
+        got = set(browser.js("[...document.querySelectorAll('.celltag_showdoc h2[id], .celltag_showdoc h3[id], "
+                             ".celltag_showdoc h4[id]')].map(h => h.textContent.trim())"))
+        shown = lambda n: n in got or any(g.endswith("." + n) for g in got)  # a @patch-ed method shows as Class.name
+        missing = [n for n in want if not shown(n)]
+        if missing: problems.append(f"{name}: API docs missing for {missing}")
+        if [n for n in warp_funcs if not shown(n)]:
+            problems.append(f"{name}: no API docs for the Warp functions {[n for n in warp_funcs if not shown(n)]} (nbdev's "
+                            "show_doc skips them; an explicit `show_doc(f.func, name='f')` cell in the notebook documents one)")
+    else: print(f"NOTE {name}: its notebook or module changed after the page was built; API docs not checked")
+    if not views: return problems
+    rects = browser.js("[...document.querySelectorAll('canvas')].map(c => {const r = c.getBoundingClientRect();"
+                       "return {x: r.left + window.scrollX, y: r.top + window.scrollY, width: r.width, height: r.height};})"
+                       ".filter(r => r.width > 50 && r.height > 50)")
+    if not rects: problems.append(f"{name}: {views} widget view(s) but no 3D canvas rendered")
+    for i, r in enumerate(rects):
+        png = browser.screenshot(clip=r)
+        (check / f"{name.replace('/', '__')}.canvas{i}.png").write_bytes(png)
+        cover, colours, bg = canvas_coverage(png)
+        if cover < 0.01 or colours < 8:
+            problems.append(f"{name}: canvas {i} is blank ({cover:.1%} non-background pixels, {colours} colours, bg {bg})")
+    # trajectory scenes: every object at one frame on load (the frame the slider and label name), while playing, after stop
+    n_play = browser.js("document.querySelectorAll('.trajectory-play').length")
+    state = browser.js(SCENES_JS)
+    if n_play and (not state["hooked"] or len(state["scenes"]) != n_play):
+        problems.append(f"{name}: {n_play} trajectory view(s) but {len(state['scenes'])} scene(s) read from the page "
+                        f"(three.js hooked: {state['hooked']})")
+        return problems
+    loaded = []
+    for k, (sc, box) in enumerate(zip(state["scenes"], state["boxes"])):
+        loaded.append(scene_blend(sc))
+        problems += [f"{name}: trajectory {k} on load: {p}" for p in scene_problems(sc)]
+        kb = box_frame(box, sc)
+        if isinstance(kb, str): problems.append(f"{name}: trajectory {k} on load: {kb}")
+        elif not isinstance(loaded[-1], str) and loaded[-1][kb] < 1 - 1e-6:
+            problems.append(f"{name}: trajectory {k} on load: the slider and label name kept frame {kb}, the scene shows "
+                            f"{np.flatnonzero(loaded[-1] > 1e-6).tolist()}")
+    for k in range(n_play):  # play in the browser (no kernel): the scene moves, every object follows the same frame
+        r = browser.js(f"(() => {{const el = document.querySelectorAll('.trajectory-play')[{k}];"
+                       "const c = el.closest('.widget-vbox').querySelector('canvas'); c.scrollIntoView();"
+                       "const r = c.getBoundingClientRect();"
+                       "return {x: r.left + window.scrollX, y: r.top + window.scrollY, width: r.width, height: r.height};})()")
+        before = browser.screenshot(clip=r)
+        buttons = f"document.querySelectorAll('.trajectory-play')[{k}].querySelectorAll('button')"
+        browser.js(f"{buttons}[0].click(), 1")
+        shots = []
+        for _ in range(3): time.sleep(0.4); shots.append(browser.screenshot(clip=r))
+        (check / f"{name.replace('/', '__')}.play{k}.png").write_bytes(shots[-1])
+        if len({before, *shots}) < 3: problems.append(f"{name}: trajectory {k} does not move when played")
+        browser.js(f"{buttons}[1].click(), 1"); time.sleep(0.3)  # pause: mid-clip, between two kept frames
+        sc = browser.js(SCENES_JS)["scenes"][k]
+        problems += [f"{name}: trajectory {k} paused at t = {sc['time']:.3f} s: {p}" for p in scene_problems(sc)]
+        browser.js(f"{buttons}[2].click(), 1"); time.sleep(0.5)  # stop: back to the frame shown on load
+        sc = browser.js(SCENES_JS)["scenes"][k]
+        problems += [f"{name}: trajectory {k} after stop: {p}" for p in scene_problems(sc)]
+        after = scene_blend(sc)
+        if not isinstance(after, str) and not isinstance(loaded[k], str) and np.abs(after - loaded[k]).max() > 1e-6:
+            problems.append(f"{name}: trajectory {k} after stop shows kept frame(s) {np.flatnonzero(after > 1e-6).tolist()}, "
+                            f"on load {np.flatnonzero(loaded[k] > 1e-6).tolist()}")
+    errs = browser.errors()
+    if errs: problems.append(f"{name}: console errors while playing: {errs[:5]}")
+    return problems
+
+
+@pytest.mark.skipif(BROWSER_FLAG not in os.environ.get("NEWTONIPC_TEST_FLAGS", "").split(),
+                    reason=f"the browser check; set NEWTONIPC_TEST_FLAGS={BROWSER_FLAG} to run it")
 def test_preview_pages_in_headless_chromium():
-    if CHROMIUM is None: pytest.skip("chromium is not installed (apt-get install -y chromium)")
-    if not (shutil.which("npm") or (docs_preview.OUT / "_static" / "html-manager" / "embed-amd.js").exists()):
-        pytest.skip("npm is not installed and the page assets were never fetched (python .ci/docs_preview.py fetches them once)")
-    out = docs_preview.OUT
-    report = docs_preview.build(out, quiet=True)
+    "Build the preview (stored results only: no flagged cell runs) and open every page: see the module docstring."
+    assert CHROMIUM, "chromium is not installed (apt-get install -y chromium)"
+    assert shutil.which("npm") or (docs_preview.OUT / "_vendor").exists(), \
+        "npm is not installed and the page assets were never fetched (python .ci/docs_preview.py fetches them once)"
+    out, t_start = docs_preview.OUT, time.time()
+    with env(NEWTONIPC_DOCS_FLAGS=None):
+        report = docs_preview.build(out, quiet=True, run_flags=[])
+    t_built = time.time()
+    problems = docs_preview.check_site(out, report)  # failed or missing pages, broken links, Warp's log
     check = out / "_check"; shutil.rmtree(check, ignore_errors=True); check.mkdir()
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
     handler.log_message = lambda *a: None
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{srv.server_address[1]}/"
-    browser, problems, notes, canvases_seen = Browser(), [], [], 0
+    browser, opened, canvases = Browser(), [], 0
     try:
+        browser.call("Page.addScriptToEvaluateOnNewDocument", session=True, source=HOOK_JS)
         for page in report["pages"]:
-            name = page["html"]
-            if page.get("fatal"): notes.append(f"{name}: its build failed ({page['fatal'][:200]})"); continue
-            if page.get("errors"): notes.append(f"{name}: {len(page['errors'])} cell error(s) in the notebook, first: "
-                                                f"{page['errors'][0]['ename']}: {page['errors'][0]['evalue'][:120]}")
-            browser.goto(base + name)
-            views = page.get("widget_views", 0)
-            t0, last, stable = time.time(), -1, 0
-            while views and time.time() - t0 < 60 and stable < 3:  # the widget manager renders every view, then stops
-                n = browser.js("document.querySelectorAll('canvas').length")
-                stable, last = (stable + 1 if n == last and n > 0 else 0), n
-                time.sleep(0.5)
-            time.sleep(3 if views else 0.5)  # let three.js draw and MathJax typeset
-            (check / (name.replace("/", "__") + ".png")).write_bytes(browser.screenshot())
-            errs = browser.errors()
-            if errs: problems.append(f"{name}: console errors: {errs[:5]}")
-            src = docs_preview.NBS / page["source"].split("nbs/", 1)[1]
-            md = "".join("".join(c["source"]) for c in json.loads(src.read_text())["cells"] if c["cell_type"] == "markdown")
-            if "$$" in md or re.search(r"\$[^$\s][^$]*\$", md):  # the page has math: MathJax (local) typeset it
-                typeset = browser.js("document.querySelectorAll('mjx-container').length")
-                if not typeset or browser.js("document.querySelector('main').innerText.includes('$$')"):
-                    problems.append(f"{name}: its math is not typeset ({typeset} formulas rendered)")
-            fresh = docs_preview.source_key(src) == page.get("key")  # else someone edited it while the check ran
-            if not fresh: notes.append(f"{name}: its notebook or module changed after the page was built; API docs not checked")
-            want, warp_funcs = documented_names(src) if fresh else ([], [])
-            got = set(browser.js("[...document.querySelectorAll('.celltag_showdoc h2[id], .celltag_showdoc h3[id], "
-                                 ".celltag_showdoc h4[id]')].map(h => h.textContent.trim())"))
-            shown = lambda n: n in got or any(g.endswith("." + n) for g in got)  # a @patch-ed method shows as Class.name
-            missing = [n for n in want if not shown(n)]
-            if missing: problems.append(f"{name}: API docs missing for {missing}")
-            if [n for n in warp_funcs if not shown(n)]:
-                problems.append(f"{name}: no API docs for the Warp functions {[n for n in warp_funcs if not shown(n)]} (nbdev's "
-                                "show_doc skips them; an explicit `show_doc(f.func, name='f')` cell in the notebook documents one)")
-            if views:
-                rects = browser.js("[...document.querySelectorAll('canvas')].map(c => {const r = c.getBoundingClientRect();"
-                                   "return {x: r.left + window.scrollX, y: r.top + window.scrollY, width: r.width, height: r.height};})"
-                                   ".filter(r => r.width > 50 && r.height > 50)")
-                if not rects: problems.append(f"{name}: {views} widget view(s) but no 3D canvas rendered")
-                for i, r in enumerate(rects):
-                    png = browser.screenshot(clip=r)
-                    (check / f"{name.replace('/', '__')}.canvas{i}.png").write_bytes(png)
-                    cover, colours, bg = canvas_coverage(png)
-                    canvases_seen += 1
-                    if cover < 0.01 or colours < 8:
-                        problems.append(f"{name}: canvas {i} is blank ({cover:.1%} non-background pixels, {colours} colours, bg {bg})")
-                # trajectory playback without a kernel: press the clip's play button, the scene must move
-                for k in range(browser.js("document.querySelectorAll('.trajectory-play').length")):
-                    r = browser.js(f"(() => {{const el = document.querySelectorAll('.trajectory-play')[{k}];"
-                                   "const c = el.closest('.widget-vbox').querySelector('canvas'); c.scrollIntoView();"
-                                   "const r = c.getBoundingClientRect();"
-                                   "return {x: r.left + window.scrollX, y: r.top + window.scrollY, width: r.width, height: r.height};})()")
-                    before = browser.screenshot(clip=r)
-                    browser.js(f"document.querySelectorAll('.trajectory-play')[{k}].querySelector('button').click(), 1")
-                    shots = []
-                    for _ in range(3): time.sleep(0.4); shots.append(browser.screenshot(clip=r))
-                    (check / f"{name.replace('/', '__')}.play{k}.png").write_bytes(shots[-1])
-                    if len({before, *shots}) < 3: problems.append(f"{name}: trajectory {k} does not move when played")
-                    browser.js(f"document.querySelectorAll('.trajectory-play')[{k}].querySelectorAll('button')[2].click(), 1")
-                errs = browser.errors()
-                if errs: problems.append(f"{name}: console errors while playing: {errs[:5]}")
+            if not (out / page["html"]).exists(): continue  # check_site said so
+            problems += check_page(browser, base, page["html"], page, check)
+            opened.append(page["html"])
+            canvases += len(list(check.glob(page["html"].replace("/", "__") + ".canvas*.png")))
     finally:
         browser.close(); srv.shutdown()
-    for n in notes: print("NOTE", n)
+    site = [pg["html"] for pg in json.loads((out / "_site.json").read_text())["pages"]]
+    problems += [f"{n}: not opened" for n in site if n not in opened]
+    print(f"browser check: {len(report['built'])} page(s) built in {t_built - t_start:.0f} s, {len(opened)} opened in "
+          f"{time.time() - t_built:.0f} s, {canvases} canvases; screenshots in {check}")
     assert not problems, "\n".join(problems)
-    assert canvases_seen >= 1, "no page showed a 3D canvas (the viewer page has two)"
+    assert canvases >= 1, "no page showed a 3D canvas (the viewer page has two)"
