@@ -141,18 +141,20 @@ WARP_NOISE = re.compile(r"^Warp \d[\w.]* initialized:\n(?:[ \t]+.*\n?)*|^.*\bloa
 
 
 def strip_warp_noise(nb) -> int:
-    "Remove Warp's log lines from the stream outputs of `nb` (in place); the number of outputs changed."
+    "Remove Warp's log lines from the text outputs of `nb` (streams, and text/plain output that nbdev's show_doc"
+    " processor captures) in place; the number of outputs changed."
     n = 0
     for c in nb.cells:
         outs = []
         for o in c.get("outputs", []):
-            if o.get("output_type") == "stream":
-                text = "".join(o["text"]) if isinstance(o["text"], list) else o["text"]
+            holder, key = (o, "text") if o.get("output_type") == "stream" else (o.get("data", {}), "text/plain")
+            if key in holder and (o.get("output_type") == "stream" or set(holder) == {"text/plain"}):
+                text = "".join(holder[key]) if isinstance(holder[key], list) else holder[key]
                 new = WARP_NOISE.sub("", text)
                 if new != text:
                     n += 1
                     if not new.strip(): continue
-                    o["text"] = new
+                    holder[key] = new
             outs.append(o)
         if c.cell_type == "code": c.outputs = outs
     return n
@@ -340,15 +342,15 @@ HEADING = re.compile(r'<(h[1-6])([^>]*?)\sid="([^"]*)"([^>]*)>(.*?)</\1>', flags
 def pandoc_heading_ids(body: str) -> str:
     "Give every heading nbconvert wrote (id = its text with spaces as hyphens) pandoc's id, and point the page's own"
     " `#old-id` links at the new ids (duplicates get -1, -2, ... as in pandoc)."
+    from urllib.parse import unquote
     seen, renamed = {}, {}
     def new_id(m):
         text = html.unescape(re.sub(r"<[^>]+>", "", re.sub(r'<a class="anchor-link".*?</a>', "", m.group(5), flags=re.S)))
         base = pandoc_id(text); n = seen.get(base, 0); seen[base] = n + 1
         nid = base if n == 0 else f"{base}-{n}"
-        renamed.setdefault(m.group(3), nid)
+        renamed.setdefault(unquote(html.unescape(m.group(3))), nid)
         return f'<{m.group(1)}{m.group(2)} id="{nid}"{m.group(4)}>{m.group(5)}</{m.group(1)}>'
     body = HEADING.sub(new_id, body)
-    from urllib.parse import unquote
     return re.sub(r'href="#([^"]*)"', lambda m: f'href="#{renamed.get(unquote(html.unescape(m.group(1))), m.group(1))}"', body)
 
 
@@ -367,7 +369,11 @@ def build_page(nb_path: Path, out: Path, pages, require_paths, timeout, key):
     try:
         nb, skipped, errors = execute(nb_path, timeout)
         info.update(skipped={str(k): v for k, v in skipped.items()}, errors=errors)
+        try:  # nbdev's show_doc processor runs the exported cells here, in this process: Warp quiet here too
+            import warp; warp.config.log_level = warp.LOG_WARNING
+        except ImportError: pass
         nb = nbdev_process(nb, nb_path)
+        strip_warp_noise(nb)
     except Exception as e:  # the page is not built; the last good one stays
         import traceback
         info["fatal"] = f"{type(e).__name__}: {e}"[:2000]

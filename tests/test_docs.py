@@ -114,6 +114,11 @@ def test_warp_is_quiet_in_the_docs_build():
     assert errors == [] and ran.cells[0].outputs[0]["text"] == "True\n"
     texts = [o["text"] for o in ran.cells[1].outputs]
     assert texts == ["result 7\n"], texts
+    # nbdev's show_doc processor runs exported cells in the build process and keeps what they print as text/plain
+    shown = nbformat.v4.new_code_cell("show_doc(f)", outputs=[nbformat.v4.new_output("display_data", data={"text/plain": noisy}),
+                                                              nbformat.v4.new_output("display_data", data={"text/plain": "Warp 1.19.0 initialized:\n   Devices:\n"})])
+    nb2 = nbformat.v4.new_notebook(cells=[shown])
+    assert docs_preview.strip_warp_noise(nb2) == 2 and [o["data"]["text/plain"] for o in nb2.cells[0].outputs] == ["result 7\n"]
 
 
 # ------------------------------------------------------------------ the checks of a built site, on made-up sites
