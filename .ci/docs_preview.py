@@ -4,19 +4,29 @@
     python .ci/docs_preview.py --serve         # ... then serve it on http://127.0.0.1:8000/
     python .ci/docs_preview.py --only 00a_viewer index   # rebuild some pages only
     python .ci/docs_preview.py --execute-in-place        # CI's deploy job: execute nbs/*.ipynb in place for nbdev_docs
+    python .ci/docs_preview.py --run-flags slow          # also run the `#| slow` cells (hours; never by default)
 
 For each notebook in nbs/ (each in its own process, so that one broken notebook breaks only its page):
-1. execute it in a fresh kernel (nbclient), skipping the cells nbdev_test skips (`#| slow`, `#| gpu`, `#| eval: false`,
-   unless NEWTONIPC_TEST_FLAGS names the flag), and keep the outputs and the widget state (the notebooks are committed
-   without outputs, so a page gets its tables and 3D scenes here);
+1. execute it in a fresh kernel (nbclient), skipping the cells nbdev_test skips (`#| slow`, `#| gpu`, `#| eval: false`)
+   -- a page shows the stored results of long runs; only `--run-flags FLAG...` (or NEWTONIPC_DOCS_FLAGS="slow gpu")
+   runs flagged cells, NEWTONIPC_TEST_FLAGS (the test suite's) never does -- with Warp's log level at WARNING (no
+   banner, no "Module ... load on device" lines), and keep the outputs and the widget state (the notebooks are
+   committed without outputs, so a page gets its tables and 3D scenes here);
 2. run nbdev's docs processors on it (the ones `nbdev_proc_nbs` runs: show_doc API docs, hidden cells, front matter);
-3. render it to HTML (nbconvert, JupyterLab look) with a sidebar of all pages.
+3. render it to HTML (nbconvert, JupyterLab look) with a sidebar of all pages; headings get the ids Quarto (pandoc)
+   gives them, which are the anchors nbdev's doc links point at (`inputs.html#ipcmodel`).
 
 Every asset a page loads is local (nothing from a CDN): pythreejs's JS comes from the installed package; the ipywidgets
 HTML manager (@jupyter-widgets/html-manager), require.js and MathJax come from their npm packages, fetched once with
 `npm pack` (checked against the SHA-256 below) into _docs_preview/_vendor/. Pages whose source and package did not
-change since the last build are not rebuilt (--force rebuilds). A notebook that raises still gets its page (with the
-error shown) and is listed in _docs_preview/build.json and in the summary printed at the end.
+change since the last build are not rebuilt (--force rebuilds).
+
+A page fails to build when its notebook raises (a cell error, a cell over --timeout, a dead kernel) or rendering
+fails. A failed page is never written over the last good one: a page is written to a temporary file and renamed only
+on success; the failed render, if any, goes to _docs_preview/_failed/ for a look. Failures are listed (page and
+error) in the summary and in _docs_preview/build.json, and the command exits with status 1. `check_site` (used by
+tests/test_docs.py) checks a built site: every page built and present, no internal link without its page or anchor,
+no Warp log lines in a page.
 """
 from __future__ import annotations
 
@@ -109,10 +119,45 @@ def _directives(cell) -> dict:
     return extract_directives(AttrDict(source=cell["source"], cell_type="code"), remove=False)
 
 
+DOCS_FLAGS = "NEWTONIPC_DOCS_FLAGS"  # the flagged cells the docs build runs (--run-flags); empty by default
+
+
 def skip_flags():
+    "The `#| flag` cells the docs build skips: all of settings.ini's tst_flags but those NEWTONIPC_DOCS_FLAGS names."
     flags = [f for f in cfg().get("tst_flags", "").split("|") if f]
-    forced = os.environ.get("NEWTONIPC_TEST_FLAGS", "").split()
-    return set(flags) - set(forced)
+    run = os.environ.get(DOCS_FLAGS, "").split()
+    unknown = sorted(set(run) - set(flags))
+    if unknown: raise ValueError(f"{DOCS_FLAGS} names {unknown}, which are not tst_flags in settings.ini ({flags})")
+    return set(flags) - set(run)
+
+
+# Warp's INFO log (its banner with "CUDA driver not available", "Module ... load on device 'cpu' took ...") is noise on
+# a page. Warp 1.19 has no `config.quiet` (setting it does nothing) and no environment variable for its log level, so
+# the kernel runs this first; WARP_NOISE strips what gets through anyway (a notebook that lowers the level again).
+KERNEL_EXEC_LINES = ["import warp as _wp; _wp.config.log_level = _wp.LOG_WARNING; del _wp"]
+WARP_NOISE = re.compile(r"^Warp \d[\w.]* initialized:\n(?:[ \t]+.*\n?)*|^.*\bload on device '[^']*' took .*\n?"
+                        r"|^.*CUDA driver not available.*\n?|^Warp CUDA warning: .*\n?",
+                        flags=re.M)
+
+
+def strip_warp_noise(nb) -> int:
+    "Remove Warp's log lines from the text outputs of `nb` (streams, and text/plain output that nbdev's show_doc"
+    " processor captures) in place; the number of outputs changed."
+    n = 0
+    for c in nb.cells:
+        outs = []
+        for o in c.get("outputs", []):
+            holder, key = (o, "text") if o.get("output_type") == "stream" else (o.get("data", {}), "text/plain")
+            if key in holder and (o.get("output_type") == "stream" or set(holder) == {"text/plain"}):
+                text = "".join(holder[key]) if isinstance(holder[key], list) else holder[key]
+                new = WARP_NOISE.sub("", text)
+                if new != text:
+                    n += 1
+                    if not new.strip(): continue
+                    holder[key] = new
+            outs.append(o)
+        if c.cell_type == "code": c.outputs = outs
+    return n
 
 
 def execute(nb_path: Path, timeout: int, keep_links=True):
@@ -131,7 +176,8 @@ def execute(nb_path: Path, timeout: int, keep_links=True):
     os.environ["IN_TEST"] = "1"
     try:
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True, store_widget_state=True,
-                                resources={"metadata": {"path": str(nb_path.parent)}})
+                                resources={"metadata": {"path": str(nb_path.parent)}},
+                                extra_arguments=[f"--IPKernelApp.exec_lines={line}" for line in KERNEL_EXEC_LINES])
         client.execute()
     finally:
         if env_before is None: os.environ.pop("IN_TEST", None)
@@ -142,6 +188,7 @@ def execute(nb_path: Path, timeout: int, keep_links=True):
             c.outputs = [nbformat.v4.new_output("stream", name="stdout",
                          text=f"(not run in the docs build: a `{why}` cell; run the notebook with a kernel to see its output)\n")]
     prune_widget_state(nb, keep_links)
+    strip_warp_noise(nb)
     errors = [dict(cell=i, ename=o.get("ename"), evalue=str(o.get("evalue"))[:300])
               for i, c in enumerate(nb.cells) if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     return nb, skipped, errors
@@ -280,6 +327,33 @@ def nav_html(pages, current, rel):
     return f'<a class="site-title" href="{rel}index.html">{title}</a><ul>{"".join(items)}</ul>'
 
 
+def pandoc_id(text: str) -> str:
+    "The id pandoc (so Quarto) gives a heading with this text, and nbdev's doc links point at: lower case, punctuation"
+    " other than `_ - .` dropped, spaces to hyphens, nothing before the first letter."
+    s = re.sub(r"[^\w\s.-]", "", text).strip().lower()
+    s = re.sub(r"\s+", "-", s)
+    while s and not s[0].isalpha(): s = s[1:]
+    return s or "section"
+
+
+HEADING = re.compile(r'<(h[1-6])([^>]*?)\sid="([^"]*)"([^>]*)>(.*?)</\1>', flags=re.S)
+
+
+def pandoc_heading_ids(body: str) -> str:
+    "Give every heading nbconvert wrote (id = its text with spaces as hyphens) pandoc's id, and point the page's own"
+    " `#old-id` links at the new ids (duplicates get -1, -2, ... as in pandoc)."
+    from urllib.parse import unquote
+    seen, renamed = {}, {}
+    def new_id(m):
+        text = html.unescape(re.sub(r"<[^>]+>", "", re.sub(r'<a class="anchor-link".*?</a>', "", m.group(5), flags=re.S)))
+        base = pandoc_id(text); n = seen.get(base, 0); seen[base] = n + 1
+        nid = base if n == 0 else f"{base}-{n}"
+        renamed.setdefault(unquote(html.unescape(m.group(3))), nid)
+        return f'<{m.group(1)}{m.group(2)} id="{nid}"{m.group(4)}>{m.group(5)}</{m.group(1)}>'
+    body = HEADING.sub(new_id, body)
+    return re.sub(r'href="#([^"]*)"', lambda m: f'href="#{renamed.get(unquote(html.unescape(m.group(1))), m.group(1))}"', body)
+
+
 def build_page(nb_path: Path, out: Path, pages, require_paths, timeout, key):
     import nbformat, jinja2
     from nbconvert import HTMLExporter
@@ -287,16 +361,25 @@ def build_page(nb_path: Path, out: Path, pages, require_paths, timeout, key):
     t0 = time.time()
     html_name = page_name(nb_path)
     rel = "../" * html_name.count("/")
-    info = dict(source=str(nb_path.relative_to(ROOT) if nb_path.is_relative_to(ROOT) else nb_path), html=html_name, key=key, errors=[], skipped={}, fatal=None)
+    info = dict(source=str(nb_path.relative_to(ROOT) if nb_path.is_relative_to(ROOT) else nb_path), html=html_name, key=key,
+                errors=[], skipped={}, fatal=None, ok=False)
+    info_f = out / "_pages" / (html_name.replace("/", "__") + ".json")
+    info_f.parent.mkdir(parents=True, exist_ok=True)
+    def record(): info_f.write_text(json.dumps(info, indent=1))
     try:
         nb, skipped, errors = execute(nb_path, timeout)
         info.update(skipped={str(k): v for k, v in skipped.items()}, errors=errors)
+        try:  # nbdev's show_doc processor runs the exported cells here, in this process: Warp quiet here too
+            import warp; warp.config.log_level = warp.LOG_WARNING
+        except ImportError: pass
         nb = nbdev_process(nb, nb_path)
-    except Exception as e:  # the page still gets built, from the source notebook, with the failure stated
+        strip_warp_noise(nb)
+    except Exception as e:  # the page is not built; the last good one stays
         import traceback
         info["fatal"] = f"{type(e).__name__}: {e}"[:2000]
         sys.stderr.write(traceback.format_exc())
-        nb = nbformat.read(nb_path, as_version=4)
+        info.update(seconds=round(time.time() - t0, 1)); record()
+        return info
     fm = _quarto_options(nb)
     c = Config()
     c.TagRemovePreprocessor.remove_input_tags = {"hide-input"}
@@ -320,14 +403,30 @@ def build_page(nb_path: Path, out: Path, pages, require_paths, timeout, key):
     # show_doc's "source" link carries Quarto's attribute syntax; give it to the link instead
     body = re.sub(r'<p><a href="([^"]+)">source</a>\{target="_blank" style="([^"]*)"\}</p>',
                   r'<p><a href="\1" target="_blank" style="\2">source</a></p>', body)
-    dst = out / html_name
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    dst.write_text(body)
+    body = pandoc_heading_ids(body)
     info.update(seconds=round(time.time() - t0, 1), widget_views=body.count('<script type="application/vnd.jupyter.widget-view+json">'),
                 showdoc=len(re.findall(r'class="[^"]*celltag_showdoc', body)), bytes=len(body))
-    (out / "_pages").mkdir(exist_ok=True)
-    (out / "_pages" / (html_name.replace("/", "__") + ".json")).write_text(json.dumps(info, indent=1))
+    if info["errors"]:  # a notebook that raised is a failed build: its render goes to _failed/, the last good page stays
+        failed = out / "_failed" / html_name
+        failed.parent.mkdir(parents=True, exist_ok=True); failed.write_text(body)
+        info["fatal"] = (f"{len(info['errors'])} cell(s) raised, first: cell {info['errors'][0]['cell']} "
+                         f"{info['errors'][0]['ename']}: {info['errors'][0]['evalue'][:300]} (its render: {failed})")
+        record(); return info
+    write_atomic(out / html_name, body)
+    (out / "_failed" / html_name).unlink(missing_ok=True)
+    info["ok"] = True; record()
     return info
+
+
+def write_atomic(dst: Path, text: str):
+    "Write `dst` whole or not at all: a temporary file next to it, renamed over it."
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + dst.name + ".", suffix=".tmp", dir=dst.parent)
+    try:
+        with os.fdopen(fd, "w") as f: f.write(text)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True); raise
 
 
 # ---------------------------------------------------------------- the site
@@ -351,37 +450,61 @@ def source_key(nb: Path) -> str:
     return h.hexdigest()
 
 
-def build(out: Path = OUT, only=(), force=False, timeout=900, jobs=1, quiet=False) -> dict:
-    "Build the preview into `out`; returns the build report (also written to out/build.json)."
+def build(out: Path = OUT, only=(), force=False, timeout=900, jobs=1, quiet=False, run_flags=None) -> dict:
+    "Build the preview into `out`; returns the build report (also written to out/build.json): `pages` (one record each,"
+    " `ok` or `fatal`) and `failed` (the pages whose build failed, with the error)."
+    if run_flags is not None: os.environ[DOCS_FLAGS] = " ".join(run_flags)  # the page processes inherit it
+    skip_flags()  # an unknown flag stops here
     out.mkdir(parents=True, exist_ok=True)
     require_paths = vendor(out)
     nbs = notebooks()
-    pages = [dict(src=str(p.relative_to(NBS)), html=page_name(p), title=title_of(p)) for p in nbs]
+    rel = lambda p: str(p.relative_to(NBS) if p.is_relative_to(NBS) else p.name)
+    pages = [dict(src=rel(p), html=page_name(p), title=title_of(p)) for p in nbs]
     (out / "_site.json").write_text(json.dumps(dict(pages=pages, require_paths=require_paths)))
     todo = []
     for p in nbs:
         if only and p.stem not in only and p.name not in only: continue
         info_f = out / "_pages" / (page_name(p).replace("/", "__") + ".json")
         key = source_key(p)
-        if not force and info_f.exists() and (out / page_name(p)).exists() and json.loads(info_f.read_text()).get("key") == key:
-            continue
+        if not force and info_f.exists() and (out / page_name(p)).exists():
+            old = json.loads(info_f.read_text())
+            if old.get("key") == key and old.get("ok"): continue
         todo.append((p, key))
     procs, running = list(todo), []
     while procs or running:
         while procs and len(running) < max(1, jobs):
             p, key = procs.pop(0)
-            if not quiet: print(f"docs_preview: building {page_name(p)} from nbs/{p.relative_to(NBS)}", flush=True)
+            if not quiet: print(f"docs_preview: building {page_name(p)} from nbs/{rel(p)}", flush=True)
+            info_f = out / "_pages" / (page_name(p).replace("/", "__") + ".json")
+            info_f.unlink(missing_ok=True)  # the page process writes it; none afterwards means the process died
             cmd = [sys.executable, __file__, "--page", str(p), "--out", str(out), "--timeout", str(timeout), "--key", key]
-            running.append((p, subprocess.Popen(cmd, stdout=None if not quiet else subprocess.DEVNULL,
-                                                stderr=None if not quiet else subprocess.DEVNULL)))
+            log = out / "_pages" / (page_name(p).replace("/", "__") + ".log"); log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "w") as err:
+                proc = subprocess.Popen(cmd, stdout=None if not quiet else subprocess.DEVNULL, stderr=None if not quiet else err)
+            running.append((p, info_f, proc))
         time.sleep(0.2)
         for item in list(running):
-            if item[1].poll() is not None: running.remove(item)
-    report = dict(pages=[], built=[str(p.relative_to(NBS)) for p, _ in todo])
+            p, info_f, proc = item
+            if proc.poll() is None: continue
+            running.remove(item)
+            log = out / "_pages" / (page_name(p).replace("/", "__") + ".log")
+            err = log.read_text(errors="replace") if log.exists() else ""
+            if not info_f.exists() or proc.returncode:
+                tail = " ".join(err.strip().splitlines()[-3:])[-600:]
+                info = json.loads(info_f.read_text()) if info_f.exists() else dict(
+                    source="nbs/" + rel(p), html=page_name(p), errors=[], skipped={})
+                info.update(ok=False, fatal=info.get("fatal") or f"the page's build process exited with status {proc.returncode}"
+                            + (f": {tail}" if tail else ""))
+                info_f.parent.mkdir(parents=True, exist_ok=True); info_f.write_text(json.dumps(info, indent=1))
+    report = dict(pages=[], built=[rel(p) for p, _ in todo])
     for pg in pages:
         f = out / "_pages" / (pg["html"].replace("/", "__") + ".json")
-        report["pages"].append(json.loads(f.read_text()) if f.exists() else dict(source="nbs/" + pg["src"], html=pg["html"],
-                                                                                   fatal="no page was built"))
+        rec = json.loads(f.read_text()) if f.exists() else dict(source="nbs/" + pg["src"], html=pg["html"], errors=[],
+                                                                 skipped={}, fatal="no page was built", ok=False)
+        if rec.get("ok") and not (out / pg["html"]).exists(): rec.update(ok=False, fatal="the page file is missing")
+        report["pages"].append(rec)
+    chosen = {page_name(p) for p in nbs if not only or p.stem in only or p.name in only}
+    report["failed"] = {r["html"]: r.get("fatal") or "failed" for r in report["pages"] if not r.get("ok") and r["html"] in chosen}
     # stale pages of notebooks that are gone
     known = {pg["html"] for pg in pages}
     for f in (out / "_pages").glob("*.json"):
@@ -390,12 +513,82 @@ def build(out: Path = OUT, only=(), force=False, timeout=900, jobs=1, quiet=Fals
     (out / "build.json").write_text(json.dumps(report, indent=1))
     if not quiet:
         for r in report["pages"]:
-            state = "FAILED: " + r["fatal"] if r.get("fatal") else (f"{len(r['errors'])} cell error(s): " +
-                    "; ".join(f"cell {e['cell']} {e['ename']}" for e in r["errors"][:3]) if r.get("errors") else "ok")
+            if r["html"] not in chosen: continue
+            state = "ok" if r.get("ok") else "FAILED: " + str(r.get("fatal"))[:300]
             print(f"  {r['html']:<28} {state}  ({len(r.get('skipped', {}))} skipped, {r.get('widget_views', 0)} 3D/widget views, "
                   f"{r.get('showdoc', 0)} API entries, {r.get('seconds', '?')} s)")
         print(f"docs_preview: open {out / 'index.html'} (or run with --serve)")
+    for name, why in report["failed"].items():
+        print(f"docs_preview: FAILED {name}: {why}", file=sys.stderr)
     return report
+
+
+# ---------------------------------------------------------------- checking a built site
+WARP_NOISE_ON_PAGE = re.compile(r"Warp \d[\w.]* initialized:|load on device '[^']*' took|CUDA driver not available"
+                                r"|Warp CUDA warning:")
+
+
+def page_links(body: str):
+    "The ids (and a names) a page defines, and the href of every <a> on it."
+    ids = set(map(html.unescape, re.findall(r'\sid="([^"]*)"', body))) | set(map(html.unescape, re.findall(r'<a\s[^>]*\bname="([^"]*)"', body)))
+    hrefs = [html.unescape(h) for h in re.findall(r'<a\s[^>]*?\bhref="([^"]*)"', body, flags=re.S)]
+    return ids, hrefs
+
+
+def internal_target(page: str, href: str):
+    "(site path, anchor) an href on `page` points at, or None for an outside link (scheme, //host, data:)."
+    from urllib.parse import unquote, urlsplit
+    u = urlsplit(href)
+    if u.scheme or u.netloc or href.startswith("//"): return None
+    path = unquote(u.path)
+    if not path: target = page
+    else:
+        parts = page.split("/")[:-1]
+        for seg in path.split("/"):
+            if seg in ("", "."): continue
+            if seg == "..":
+                if not parts: return ("../" + path, unquote(u.fragment))  # above the site root: broken
+                parts.pop()
+            else: parts.append(seg)
+        target = "/".join(parts)
+    return target, unquote(u.fragment)
+
+
+def check_site(out: Path, report: dict | None = None) -> list[str]:
+    "What is wrong with the site built in `out`: pages whose build failed (from `report`, else out/build.json), pages"
+    " missing, internal links whose page or anchor does not exist, Warp log lines on a page. One line per problem."
+    problems = []
+    site = json.loads((out / "_site.json").read_text()) if (out / "_site.json").exists() else None
+    if site is None: return [f"{out}: no _site.json (nothing was built)"]
+    if report is None:
+        report = json.loads((out / "build.json").read_text()) if (out / "build.json").exists() else dict(pages=[])
+    recs = {r["html"]: r for r in report.get("pages", [])}
+    names = [pg["html"] for pg in site["pages"]]
+    for n in names:
+        r = recs.get(n)
+        if r is None: problems.append(f"{n}: not in the build report (never built)")
+        elif not r.get("ok"): problems.append(f"{n}: its build failed: {str(r.get('fatal'))[:500]}")
+    bodies = {}
+    for n in names:
+        f = out / n
+        if not f.exists(): problems.append(f"{n}: the page is missing"); continue
+        bodies[n] = f.read_text(errors="replace")
+    ids = {n: page_links(b)[0] for n, b in bodies.items()}
+    for n, body in bodies.items():
+        seen = set()
+        for href in page_links(body)[1]:
+            t = internal_target(n, href)
+            if t is None or (n, href) in seen: continue
+            seen.add((n, href)); path, anchor = t
+            if path.endswith("/") or path == "": path += "index.html"
+            if path in ids:
+                if anchor and anchor not in ids[path]:
+                    problems.append(f"{n}: link {href!r}: {path} has no anchor #{anchor}")
+            elif not (out / path).is_file() or path.startswith("../"):
+                problems.append(f"{n}: link {href!r}: no page {path}")
+        m = WARP_NOISE_ON_PAGE.search(html.unescape(re.sub(r"<[^>]+>", "", body)))
+        if m: problems.append(f"{n}: Warp's log on the page ({m.group(0)!r})")
+    return problems
 
 
 def execute_in_place(timeout, only=()):
@@ -430,7 +623,10 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=1, help="pages built at once (each runs a kernel)")
     ap.add_argument("--serve", nargs="?", const=8000, type=int, metavar="PORT", help="serve the preview on 127.0.0.1 after building")
     ap.add_argument("--no-build", action="store_true", help="with --serve: serve what is there")
-    ap.add_argument("--strict", action="store_true", help="exit 1 if any page had a cell error or failed")
+    ap.add_argument("--strict", action="store_true", help="with --execute-in-place: exit 1 if a cell raised (a page build"
+                    " always exits 1 when a page failed)")
+    ap.add_argument("--run-flags", nargs="*", default=None, metavar="FLAG", help="also run the cells flagged with these "
+                    f"tst_flags (slow, gpu); default: none, or {DOCS_FLAGS}")
     ap.add_argument("--execute-in-place", action="store_true", help="execute nbs/*.ipynb in place (for nbdev_docs in CI)")
     ap.add_argument("--page", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--key", default="", help=argparse.SUPPRESS)
@@ -439,11 +635,12 @@ def main(argv=None):
     if a.page:
         site = json.loads((a.out / "_site.json").read_text())
         build_page(a.page.resolve(), a.out, site["pages"], site["require_paths"], a.timeout, a.key); return 0
+    if a.run_flags is not None: os.environ[DOCS_FLAGS] = " ".join(a.run_flags)
     if a.execute_in_place:
         return 1 if execute_in_place(a.timeout, a.only) and a.strict else 0
     if not a.no_build:
-        rep = build(a.out.resolve(), a.only, a.force, a.timeout, a.jobs)
-        if a.strict and any(r.get("errors") or r.get("fatal") for r in rep["pages"]): return 1
+        rep = build(a.out.resolve(), a.only, a.force, a.timeout, a.jobs, run_flags=a.run_flags)
+        if rep["failed"]: return 1
     if a.serve is not None: serve(a.out.resolve(), a.serve)
     return 0
 

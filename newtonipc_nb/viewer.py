@@ -130,8 +130,11 @@ def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), fp
     frames, faces, spheres, radii = _check_trajectory(frames, faces, spheres, radii, fps, max_frames)
     T = frames.shape[0]
     keep = kept_frames(T, int(max_frames)); K = len(keep); times = keep / float(fps)
-    start = int(np.searchsorted(keep, frame % T)) if frame % T in keep else int(np.argmin(abs(keep - frame % T)))
-    film = _mesh_object(frames[keep[0]], faces, color, morph=frames[keep], name="film")
+    nearest = lambda f: int(np.argmin(abs(keep - int(f) % T)))  # the kept frame closest to trajectory frame f
+    start = nearest(frame)
+    # The base positions are the shown frame too: three.js draws x_base + Σ w_k (x_k − x_base), so the film shows frame
+    # `start` on load whether or not the browser has applied the saved weights yet, like the spheres.
+    film = _mesh_object(frames[keep[start]], faces, color, morph=frames[keep], name="film")
     onehot = lambda k: [1.0 if j == k else 0.0 for j in range(K)]
     for m in film: m.morphTargetInfluences = onehot(start)
     children, pts = list(film), [frames.reshape(-1, 3)]
@@ -155,22 +158,32 @@ def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), fp
     root = renderer.scene
     clip = p3.AnimationClip(name="trajectory", tracks=tracks, duration=float(times[-1]) if K > 1 else 0.0)
     action = p3.AnimationAction(p3.AnimationMixer(root), clip, root, _dom_classes=("trajectory-play",))
-    slider = widgets.IntSlider(value=start, min=0, max=K - 1, description="frame", continuous_update=True,
-                               layout=widgets.Layout(width="50%"))
+    # the slider counts trajectory frames (0 … T−1) and snaps to the kept ones; the ▶ widget steps through the kept ones
+    slider = widgets.IntSlider(value=int(keep[start]), min=0, max=T - 1, description="frame", continuous_update=True,
+                               layout=widgets.Layout(width="40%"))
     play = widgets.Play(value=start, min=0, max=K - 1, interval=max(int(1000 / fps * (keep[-1] / max(K - 1, 1))), 1),
                         description="play (kernel)")
-    widgets.link((play, "value"), (slider, "value"))  # in the kernel: no jslink, nbdev's docs build cannot store one
-    label = widgets.HTML(f"{K} of {T} frames, {times[-1]:.3g} s at {fps:g} fps; ")
+    at = widgets.HTML(_frame_label(int(keep[start]), T, fps))
+    clip_info = widgets.HTML(f"a clip of {K} of the {T} frames, {times[-1]:.3g} s at {fps:g} fps")
 
-    def show(change):
-        k = int(change["new"])
+    def show(k):
         for m in film: m.morphTargetInfluences = onehot(k)
         for s, ball in enumerate(balls): ball.position = tuple(float(v) for v in spheres[keep[k], s])
-    slider.observe(show, names="value")
-    box = widgets.VBox([renderer, widgets.HBox([widgets.HTML("in the browser:"), action, label]),
-                        widgets.HBox([widgets.HTML("with a kernel:"), play, slider])])
-    box.renderer, box.action, box.slider, box.kept = renderer, action, slider, keep
+        at.value = _frame_label(int(keep[k]), T, fps)
+        box.shown = k
+    def on_slider(change):
+        k = nearest(change["new"])
+        if int(keep[k]) != slider.value: slider.value = int(keep[k]); return  # snapped: the observer runs again
+        show(k); play.value = k
+    slider.observe(on_slider, names="value")
+    play.observe(lambda change: setattr(slider, "value", int(keep[change["new"]])), names="value")
+    box = widgets.VBox([renderer, widgets.HBox([widgets.HTML("in the browser:"), action, clip_info]),
+                        widgets.HBox([widgets.HTML("with a kernel:"), play, slider, at])])
+    box.renderer, box.action, box.slider, box.play, box.kept, box.shown = renderer, action, slider, play, keep, start
     return box
+
+def _frame_label(f: int, T: int, fps: float) -> str:
+    return f"frame {f} of 0–{T - 1}, t = {f / fps:.3g} s"
 
 # %% ../nbs/00a_viewer.ipynb #ed06077d
 def grid_mesh(nx: int, ny: int, size: float = 1.0):
