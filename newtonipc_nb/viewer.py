@@ -10,8 +10,8 @@ import numpy as np
 import pythreejs as p3
 
 # %% auto #0
-__all__ = ['look_at_quaternion', 'mesh_view', 'kept_frames', 'morph_weight_tracks', 'trajectory_view', 'grid_mesh',
-           'waving_sheet', 'close_widgets']
+__all__ = ['VIEW_DIRECTION', 'FOV', 'look_at_quaternion', 'framing_distance', 'mesh_view', 'kept_frames', 'morph_weight_tracks',
+           'trajectory_view', 'grid_mesh', 'waving_sheet', 'close_widgets']
 
 # %% ../nbs/00a_viewer.ipynb #05f09a9c
 def _mesh_object(vertices, faces, color, opacity=1.0, wireframe=True, morph=None, name=""):
@@ -32,9 +32,10 @@ def _mesh_object(vertices, faces, color, opacity=1.0, wireframe=True, morph=None
         objs.append(p3.Mesh(geometry=geom, material=wmat, name=name + "_wire" if name else "", **extra))
     return objs
 
-def _points_object(points, color, size):
+def _points_object(points, color, pixels: float = 9.0):
+    "Marker points drawn `pixels` wide whatever the zoom, so a marked vertex stays visible on a small subject."
     geom = p3.BufferGeometry(attributes={"position": p3.BufferAttribute(np.asarray(points, dtype=np.float32), normalized=False)})
-    return p3.Points(geometry=geom, material=p3.PointsMaterial(color=color, size=size, sizeAttenuation=True))
+    return p3.Points(geometry=geom, material=p3.PointsMaterial(color=color, size=pixels, sizeAttenuation=False))
 
 def _sphere_object(center, r, name=""):
     return p3.Mesh(geometry=p3.SphereGeometry(radius=float(r), widthSegments=24, heightSegments=16), name=name,
@@ -50,15 +51,28 @@ def look_at_quaternion(eye, target, up=(0.0, 0.0, 1.0)) -> tuple:
     q = np.array([m[2, 1] - m[1, 2], m[0, 2] - m[2, 0], m[1, 0] - m[0, 1]]) / (4 * w)
     return (float(q[0]), float(q[1]), float(q[2]), float(w))
 
+VIEW_DIRECTION = np.array([1.2, -1.6, 1.0]) / np.linalg.norm([1.2, -1.6, 1.0])   # from the subject towards the camera
+FOV = 40.0                                                                            # degrees, vertical
+
+def framing_distance(lo, hi, aspect: float, direction=VIEW_DIRECTION, fov: float = FOV, margin: float = 1.08) -> float:
+    """Distance from the box centre along `direction` at which every corner of the box [lo, hi] is inside the view
+    (vertical `fov`, width/height `aspect`), with `margin`: the subject fills the canvas in its tighter dimension."""
+    z = np.asarray(direction, dtype=np.float64); x = np.cross((0.0, 0.0, 1.0), z); x /= np.linalg.norm(x); y = np.cross(z, x)
+    half = 0.5 * (np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64))
+    corners = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * half
+    tv = np.tan(np.radians(fov) / 2); th = tv * aspect
+    need = corners @ z + np.maximum(np.abs(corners @ x) / th, np.abs(corners @ y) / tv)
+    return margin * max(float(need.max()), 1e-9)
+
 def _framed_renderer(children, pts, width, height):
-    "Scene, lights and an orbiting camera that frames the bounding box of the points `pts`."
+    "Scene, lights and an orbiting camera that frames the bounding box of the points `pts` (it fills the canvas)."
     allp = np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1, 3) for p in pts])
     lo, hi = allp.min(0), allp.max(0); center = 0.5 * (lo + hi); span = max(float(np.max(hi - lo)), 1e-9)
     # The content is moved so that its centre is the origin: on a saved page the orbit controls start by looking at
     # the origin (their `target` and a `lookAt()` call reach the browser only from a kernel), so the camera's
     # orientation is a trait (saved with the page) and the thing looked at is at (0, 0, 0).
-    eye = span * np.array([1.2, -1.6, 1.0])
-    camera = p3.PerspectiveCamera(position=tuple(eye), quaternion=look_at_quaternion(eye, (0, 0, 0)), up=(0, 0, 1), fov=40,
+    eye = framing_distance(lo, hi, width / height) * VIEW_DIRECTION
+    camera = p3.PerspectiveCamera(position=tuple(eye), quaternion=look_at_quaternion(eye, (0, 0, 0)), up=(0, 0, 1), fov=FOV,
                                   aspect=width / height, near=span * 1e-3, far=span * 100,
                                   children=[p3.DirectionalLight(color="white", position=(3, 5, 6), intensity=0.7)])
     content = p3.Group(children=list(children), position=tuple(float(v) for v in -center), name="content")
@@ -75,9 +89,8 @@ def mesh_view(vertices, faces, *, highlight: dict | None = None, spheres=None, r
     pts = [vertices]
     for ov, of in obstacles:
         children += _mesh_object(ov, of, "#bbbbbb", opacity=0.35, wireframe=False); pts.append(np.asarray(ov))
-    size = float(np.ptp(np.concatenate(pts), axis=0).max())
     for idx, c in (highlight or {}).values():
-        children.append(_points_object(vertices[np.asarray(idx)], c, 0.02 * size))
+        children.append(_points_object(vertices[np.asarray(idx)], c))
     if spheres is not None:
         for c, r in zip(np.asarray(spheres), np.asarray(radii)):
             children.append(_sphere_object(c, r)); pts.append(np.asarray(c)[None] + [[r, r, r], [-r, -r, -r]])
