@@ -32,11 +32,12 @@ from .inputs import (SPHERE_RADII, bag_grid, bag_mesh, bag_scene_builder, check_
 __all__ = ['DT', 'DRAG', 'TOL_HANDLING', 'TOL_RELEASED', 'SCENE_OPTIONS', 'GROUP_STIFFNESS', 'GRIP_COLUMNS', 'FLAP_COLUMNS',
            'BAND_RINGS', 'BODY_RING', 'BAND_COLUMNS', 'SPHERE_DROPS', 'SET_DOWN_SHIFT', 'SET_DOWN_Z', 'TIE_SHRINK',
            'TIMELINE', 'FOLD_DROP', 'PHASE_ACTIONS', 'SCENE_END', 'EXIT_CODES', 'BagScene', 'group_particles',
-           'timeline_table', 'ScenarioCheckFailed', 'tie_pairs', 'columns_up', 'phase_rows', 'phase_at', 'Controls',
-           'Choreographer', 'BadInput', 'TrajectoryWriteError', 'Terminated', 'Trajectory', 'load_trajectory',
-           'read_trajectory', 'resume_frame', 'resume_run', 'thin_trajectory', 'apply_controls', 'run_bag',
-           'neck_width', 'flap_height', 'winding_number', 'inside_bag', 'film_gaps', 'sphere_film_gaps', 'measure',
-           'phase_table', 'default_device', 'check_writable', 'write_text_atomic', 'parse_args', 'main']
+           'group_stiffness', 'timeline_table', 'ScenarioCheckFailed', 'tie_pairs', 'columns_up', 'phase_rows',
+           'phase_at', 'Controls', 'Choreographer', 'BadInput', 'TrajectoryWriteError', 'Terminated', 'Trajectory',
+           'load_trajectory', 'trajectory_resolution', 'read_trajectory', 'resume_frame', 'resume_run',
+           'thin_trajectory', 'apply_controls', 'run_bag', 'neck_width', 'flap_height', 'winding_number', 'inside_bag',
+           'film_gaps', 'sphere_film_gaps', 'measure', 'phase_table', 'default_device', 'check_writable',
+           'write_text_atomic', 'parse_args', 'main']
 
 # %% ../nbs/06_bag_scenario.ipynb #2ad4358f
 DT = 1.0 / 240.0

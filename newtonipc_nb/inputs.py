@@ -14,12 +14,13 @@ import warp as wp
 
 # %% auto #0
 __all__ = ['BAG_FILM', 'N_RINGS', 'N_COLUMNS', 'NECK_RING', 'HEM_RING', 'BOTTOM_RINGS', 'BOTTOM_RADIUS', 'SHOULDER', 'NECK',
-           'FLAP_EDGE', 'FLAP_FLARE', 'BIN_RADIUS', 'BIN_HEIGHT', 'mat32d', 'SPHERE_RADII', 'SPHERE_DENSITY',
-           'SPHERE_COLUMN_BOTTOM', 'SPHERE_COLUMN_GAP', 'SPHERE_DROP_XY', 'membrane_lame', 'bending_stiffness',
-           'hinge_edge_ke', 'hinge_k_theta', 'areal_density', 'Film', 'ring_vertices', 'bag_mesh', 'mesh_report',
-           'grid_faces', 'dihedral_angle', 'ModelError', 'IPCModel', 'newton_particle_active', 'bin_mesh', 'floor_mesh',
-           'add_mesh', 'set_hinge_stiffness', 'SceneIndex', 'sphere_column', 'bag_scene_builder', 'HessianBlocks',
-           'sum_into', 'EnergyTerm', 'ElementEnergyTerm', 'warm_kernels']
+           'FLAP_EDGE', 'FLAP_FLARE', 'BIN_RADIUS', 'BIN_HEIGHT', 'RESOLUTIONS', 'mat32d', 'SPHERE_RADII',
+           'SPHERE_DENSITY', 'SPHERE_COLUMN_BOTTOM', 'SPHERE_COLUMN_GAP', 'SPHERE_DROP_XY', 'membrane_lame',
+           'bending_stiffness', 'hinge_edge_ke', 'hinge_k_theta', 'areal_density', 'Film', 'check_resolution',
+           'bag_grid', 'film_resolution', 'ring_vertices', 'bag_mesh', 'mesh_report', 'grid_faces', 'dihedral_angle',
+           'ModelError', 'IPCModel', 'newton_particle_active', 'bin_mesh', 'floor_mesh', 'add_mesh',
+           'set_hinge_stiffness', 'SceneIndex', 'sphere_column', 'bag_scene_builder', 'HessianBlocks', 'sum_into',
+           'EnergyTerm', 'ElementEnergyTerm', 'warm_kernels']
 
 # %% ../nbs/00_inputs.ipynb #5920d1af
 def membrane_lame(E: float, nu: float, h: float) -> tuple[float, float]:
