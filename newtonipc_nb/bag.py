@@ -363,8 +363,8 @@ def trajectory_resolution(data: dict) -> int:
     "The mesh resolution of a saved run: its `resolution` entry, or (files written before it was stored) the one its film's vertex count belongs to."
     return int(data["resolution"]) if "resolution" in data else film_resolution(np.shape(data["film"])[1])
 
-def read_trajectory(path, resolution: int = 1) -> dict:
-    "`load_trajectory` for a file given by a user: `BadInput` naming the file unless it is a readable .npz of a run at `resolution` with `film` (n, 481, 3) at resolution 1 (1 + 480k² vertices at k), `spheres` (n, 7, 3), `faces` (928, 3) at resolution 1 and `time` (n,), every value finite."
+def read_trajectory(path, resolution: int = 1, flag: str = "--resolution") -> dict:
+    "`load_trajectory` for a file given by a user: `BadInput` naming the file (and the command-line `flag` that picks the resolution) unless it is a readable .npz of a run at `resolution` with `film` (n, 481, 3) at resolution 1 (1 + 480k² vertices at k), `spheres` (n, 7, 3), `faces` (928, 3) at resolution 1 and `time` (n,), every value finite."
     path = Path(path)
     if not path.exists(): raise BadInput(f"{path}: no such file")
     if not path.is_file(): raise BadInput(f"{path}: not a regular file")
@@ -377,7 +377,7 @@ def read_trajectory(path, resolution: int = 1) -> dict:
     except (ValueError, IndexError, TypeError): saved = resolution     # a film of no known resolution fails the shape check below
     if saved != resolution:
         raise BadInput(f"{path}: a run of the bag mesh at resolution {saved} ({data['film'].shape[1]} film vertices); "
-                       f"this run is at resolution {resolution}: give --resolution {saved} to continue it")
+                       f"this run is at resolution {resolution}: give {flag} {saved} to use it")
     v, f = bag_mesh(resolution)
     n = len(data["time"]) if data["time"].ndim == 1 else -1
     for key, shape in (("time", (n,)), ("film", (n, len(v), 3)), ("spheres", (n, len(SPHERE_RADII), 3)), ("faces", f.shape)):

@@ -613,7 +613,7 @@ def run_validation(full: bool = False, *, bag_out=None) -> list[Check]:
     return checks
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from newtonipc_nb.bag import _number
+    from newtonipc_nb.bag import _number, _resolution
     epilog = ("exit codes:\n    0  every check passed (skipped checks are not failures)\n    1  a check failed, or the report could not be written\n"
               "    2  bad input: an argument, or an output path that cannot be written (checked before any check runs)")
     p = argparse.ArgumentParser(prog="newtonipc-validate", description="Run every verification check and print one table.",
@@ -624,6 +624,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--vbd", type=_number(float, 0.0, False, "a finite time in seconds"), default=0.0, metavar="SECONDS", help="also run the IPC vs Newton VBD side-by-side for SECONDS of scene time")
     p.add_argument("--vbd-out", default="validation_vbd.npz", help="with --vbd: both trajectories to this file (default validation_vbd.npz)")
     p.add_argument("--vbd-ipc", default=None, metavar="PATH.npz", help="with --vbd: take the IPC side from this saved newtonipc-bag run (from t = 0) instead of running it")
+    p.add_argument("--vbd-resolution", type=_resolution, default=1, metavar="K", help="with --vbd: the bag mesh resolution of both sides, 1, 2 or 4 (default 1)")
     return p.parse_args(argv)
 
 def _check_outputs(args):
@@ -633,7 +634,7 @@ def _check_outputs(args):
     if args.full: check_writable(args.bag_out, "--bag-out")
     if args.vbd > 0:
         check_writable(args.vbd_out, "--vbd-out")
-        if args.vbd_ipc: read_trajectory(args.vbd_ipc)
+        if args.vbd_ipc: read_trajectory(args.vbd_ipc, args.vbd_resolution, "--vbd-resolution")
 
 def main(argv=None) -> int:
     "Entry point of `newtonipc-validate`: 0 when every check passes (skipped checks are not failures), 1 otherwise, 2 when an output cannot be written (one line, before any check)."
@@ -654,7 +655,7 @@ def main(argv=None) -> int:
     print(f"\n{len(checks)} checks: {sum(c.passed is True for c in checks)} pass, {len(failed)} fail, {sum(c.passed is None for c in checks)} skipped")
     report = dict(full=args.full, failed=failed, checks=table.to_dict(orient="records"))
     if args.vbd > 0:
-        sbs, trajs = compare_vbd(args.vbd, ipc=args.vbd_ipc)
+        sbs, trajs = compare_vbd(args.vbd, ipc=args.vbd_ipc, resolution=args.vbd_resolution)
         save_side_by_side(trajs, args.vbd_out)
         with pd.option_context("display.max_colwidth", 60, "display.width", 250):
             print(f"\nIPC vs Newton VBD, {args.vbd:.2f} s of the bag choreography:\n" + sbs.to_string(index=False))

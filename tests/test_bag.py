@@ -380,7 +380,7 @@ def test_cli_refuses_to_resume_a_run_of_another_resolution(tmp_path):
     v2, f2 = bag_mesh(2)
     two = fake_run(tmp_path / "two.npz", film=np.repeat(v2[None].astype(np.float32), 5, 0), faces=f2)   # an older file: no resolution entry
     one_line(bag_cli("--resume", two, "--out", tmp_path / "b.npz", "--until", 0.1), 2, f"--resume {two}",
-             "a run of the bag mesh at resolution 2 (1921 film vertices)", "this run is at resolution 1", "give --resolution 2")
+             "a run of the bag mesh at resolution 2 (1921 film vertices)", "this run is at resolution 1", "give --resolution 2 to use it")
     one = fake_run(tmp_path / "one.npz", resolution=np.asarray(1))
     one_line(bag_cli("--resume", one, "--out", tmp_path / "b.npz", "--until", 0.1, "--resolution", "4"), 2,
              "a run of the bag mesh at resolution 1 (481 film vertices)", "this run is at resolution 4", "give --resolution 1")

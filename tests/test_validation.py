@@ -190,3 +190,18 @@ def test_vbd_harness_takes_a_resolution():
         compare_vbd(2 * DT, ipc=rest, vbd=rec)
     table, _ = compare_vbd(2 * DT, ipc=rest, vbd=rec, resolution=2)
     assert side_by_side_measures(dict(rest, time=np.array([0.0, 3.0, 6.05])))["columns pointing up at 6.05 s (the unfold check)"] == "64 / 64"
+
+
+def test_vbd_resolution_flag_checks_the_saved_ipc_run_before_any_check(tmp_path):
+    import numpy as np
+    from pathlib import Path
+    from newtonipc_nb.bag import DT
+    from newtonipc_nb.inputs import bag_mesh
+    v, f = bag_mesh(2)
+    saved = tmp_path / "two.npz"
+    np.savez(saved, film=np.repeat(v[None].astype(np.float32), 3, 0), spheres=np.zeros((3, 7, 3), np.float32), faces=f, time=np.arange(3) * DT)
+    exe = Path(sys.executable).with_name("newtonipc-validate")
+    r = subprocess.run([str(exe), "--vbd", "0.01", "--vbd-ipc", str(saved), "--vbd-out", str(tmp_path / "v.npz")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "give --vbd-resolution 2 to use it" in r.stderr and "checks:" not in r.stdout, r.stderr[-2000:]
+    r = subprocess.run([str(exe), "--vbd", "0.01", "--vbd-resolution", "3"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "'3' is not a mesh resolution" in r.stderr
