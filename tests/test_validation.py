@@ -127,7 +127,7 @@ def test_vbd_option_writes_both_trajectories(tmp_path, monkeypatch, capsys):
                            time=np.array([0.0, 0.1]), wall_time=1.0, stopped="completed")
     trajs = dict(ipc=traj(-0.01), vbd=traj(-0.02))
     monkeypatch.setattr(v, "run_validation", lambda full, bag_out=None: [v.Check("x", "y", "z", "", True)])
-    monkeypatch.setattr(v, "compare_vbd", lambda until, ipc=None: (pd.DataFrame([dict(measured="m")]), trajs))
+    monkeypatch.setattr(v, "compare_vbd", lambda until, ipc=None, resolution=1: (pd.DataFrame([dict(measured="m")]), trajs))
     out, report = tmp_path / "pair.npz", tmp_path / "r.json"
     assert v.main(["--vbd", "0.1", "--vbd-out", str(out), "--report", str(report)]) == 0
     back = v.load_side_by_side(out)
