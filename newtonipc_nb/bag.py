@@ -18,23 +18,26 @@ import time
 import traceback
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import warp as wp
 
-from .inputs import HEM_RING, NECK_RING, N_COLUMNS, SPHERE_RADII, bag_mesh, bag_scene_builder, ring_vertices
+from .inputs import (SPHERE_RADII, bag_grid, bag_mesh, bag_scene_builder, check_resolution, film_resolution,
+                     ring_vertices)
 
 # %% auto #0
 __all__ = ['DT', 'DRAG', 'TOL_HANDLING', 'TOL_RELEASED', 'SCENE_OPTIONS', 'GROUP_STIFFNESS', 'GRIP_COLUMNS', 'FLAP_COLUMNS',
            'BAND_RINGS', 'BODY_RING', 'BAND_COLUMNS', 'SPHERE_DROPS', 'SET_DOWN_SHIFT', 'SET_DOWN_Z', 'TIE_SHRINK',
            'TIMELINE', 'FOLD_DROP', 'PHASE_ACTIONS', 'SCENE_END', 'EXIT_CODES', 'BagScene', 'group_particles',
-           'timeline_table', 'ScenarioCheckFailed', 'tie_pairs', 'columns_up', 'phase_rows', 'phase_at', 'Controls',
-           'Choreographer', 'BadInput', 'TrajectoryWriteError', 'Terminated', 'Trajectory', 'load_trajectory',
-           'read_trajectory', 'resume_frame', 'resume_run', 'thin_trajectory', 'apply_controls', 'run_bag',
-           'neck_width', 'flap_height', 'winding_number', 'inside_bag', 'film_gaps', 'sphere_film_gaps', 'measure',
-           'phase_table', 'default_device', 'check_writable', 'write_text_atomic', 'parse_args', 'main']
+           'group_stiffness', 'timeline_table', 'ScenarioCheckFailed', 'tie_pairs', 'columns_up', 'phase_rows',
+           'phase_at', 'Controls', 'Choreographer', 'BadInput', 'TrajectoryWriteError', 'Terminated', 'Trajectory',
+           'load_trajectory', 'trajectory_resolution', 'read_trajectory', 'resume_frame', 'resume_run',
+           'thin_trajectory', 'apply_controls', 'run_bag', 'neck_width', 'flap_height', 'winding_number', 'inside_bag',
+           'film_gaps', 'sphere_film_gaps', 'measure', 'phase_table', 'default_device', 'check_writable',
+           'write_text_atomic', 'parse_args', 'main']
 
 # %% ../nbs/06_bag_scenario.ipynb #2ad4358f
 DT = 1.0 / 240.0
@@ -53,15 +56,17 @@ class BagScene:
     state: object
     scratch: object
     device: str
+    resolution: int = 1
 
     @classmethod
-    def build(cls, device=None, **solver_options) -> "BagScene":
+    def build(cls, device=None, resolution: int = 1, **solver_options) -> "BagScene":
+        "The scene with the bag mesh at `resolution` (1, 2 or 4) on `device`; `solver_options` override `SCENE_OPTIONS`."
         from newtonipc_nb.solver import SolverIPC
-        device = str(wp.get_device(device))
-        builder, index = bag_scene_builder()
+        device, resolution = str(wp.get_device(device)), check_resolution(resolution)
+        builder, index = bag_scene_builder(resolution=resolution)
         model = builder.finalize(device=device)
         solver = SolverIPC(model, **{**SCENE_OPTIONS, **solver_options})
-        return cls(model, solver, index, model.state(), model.state(), device)
+        return cls(model, solver, index, model.state(), model.state(), device, resolution)
 
     @property
     def film(self) -> np.ndarray: return np.asarray(self.index.film)
@@ -72,28 +77,36 @@ class BagScene:
         return self.state.particle_q.numpy().astype(np.float64)
 
 # %% ../nbs/06_bag_scenario.ipynb #8f5f7445
-GROUP_STIFFNESS = dict(hem=20.0, neck=20.0, grips=300.0, flap=40.0, top_flap=100.0, body=100.0, bands=150.0)
+GROUP_STIFFNESS = dict(hem=20.0, neck=20.0, grips=300.0, flap=40.0, top_flap=100.0, body=100.0, bands=150.0)   # N/m per vertex at resolution 1
+# Rings and columns of the resolution-1 mesh (15 rings, 32 columns); at resolution k they are rings k·r and columns k·c:
+# the same rest distance from the hem, the same angles around the axis.
 GRIP_COLUMNS = (8, 24)
 FLAP_COLUMNS = (0, 6, 13, 19, 26)
 BAND_RINGS = (10, 11)
 BODY_RING = 5               # 29 mm above the bottom, at the lower spheres: where a hand steadies the bag on the floor
-BAND_COLUMNS = tuple(range(0, N_COLUMNS, 2))
+BAND_COLUMNS = tuple(range(0, 32, 2))   # every 22.5°
 SPHERE_DROPS = tuple(0.89 + i * (1.60 - 0.89) / (len(SPHERE_RADII) - 1) for i in range(len(SPHERE_RADII)))
 SET_DOWN_SHIFT = 0.22       # m, sideways distance from the bin to where the bag is set on the floor
 SET_DOWN_Z = 0.125          # m, grip height at set-down: hanging from the grips the bag is ~118 mm long, so it rests on the floor
 TIE_SHRINK = 0.25           # final tie rest length as a fraction of the length when it is switched on
 
-def group_particles(name: str) -> np.ndarray:
-    "Film vertex indices of a support group (by ring and column, never by position)."
-    hem = ring_vertices(HEM_RING)
-    if name == "hem": return hem
-    if name == "neck": return ring_vertices(NECK_RING)
-    if name == "grips": return hem[list(GRIP_COLUMNS)]
-    if name == "flap": return hem[list(FLAP_COLUMNS)]
-    if name == "top_flap": return np.concatenate([ring_vertices(k) for k in range(NECK_RING + 1, HEM_RING + 1)])
-    if name == "body": return ring_vertices(BODY_RING)
-    if name == "bands": return np.concatenate([ring_vertices(k)[list(BAND_COLUMNS)] for k in BAND_RINGS])
+def group_particles(name: str, resolution: int = 1) -> np.ndarray:
+    "Film vertex indices of a support group on the mesh at `resolution` (by ring and column, never by position)."
+    _, _, neck, hem = bag_grid(resolution)
+    ring = lambda r: ring_vertices(r, resolution)
+    cols = lambda cs: [resolution * c for c in cs]         # a resolution-1 column's angle at this resolution
+    if name == "hem": return ring(hem)
+    if name == "neck": return ring(neck)
+    if name == "grips": return ring(hem)[cols(GRIP_COLUMNS)]
+    if name == "flap": return ring(hem)[cols(FLAP_COLUMNS)]
+    if name == "top_flap": return np.concatenate([ring(r) for r in range(neck + 1, hem + 1)])
+    if name == "body": return ring(resolution * BODY_RING)
+    if name == "bands": return np.concatenate([ring(resolution * r)[cols(BAND_COLUMNS)] for r in BAND_RINGS])
     raise KeyError(f"unknown support group {name!r}")
+
+def group_stiffness(name: str, resolution: int = 1) -> float:
+    "Per-vertex support stiffness (N/m) of group `name` at `resolution`: `GROUP_STIFFNESS` shared out so that the group's total is that of resolution 1."
+    return GROUP_STIFFNESS[name] * len(group_particles(name, 1)) / len(group_particles(name, resolution))
 
 TIMELINE = [
     # (start s, end s, action, group, parameters, what it does)
@@ -107,8 +120,8 @@ TIMELINE = [
     (3.80, 4.60, "lift", "grips", dict(to_z=SET_DOWN_Z), "set the bag down: its bottom on the floor"),
     (4.70, 4.70, "release", "grips", {}, "let go of the two hem points: the bag stands on the floor"),
     (4.70, 6.05, "hold", "neck", {}, "hold the bag at the neck while the flap is turned up"),
-    (4.70, 6.05, "goto", "top_flap", dict(goal="flap_rest"), "unfold the top flap: rings 12–15 to their rest shape over the neck"),
-    (6.05, 6.05, "check", "film", dict(check="columns_up"), "all 32 columns point upward"),
+    (4.70, 6.05, "goto", "top_flap", dict(goal="flap_rest"), "unfold the top flap: the rings above the neck to their rest shape over it"),
+    (6.05, 6.05, "check", "film", dict(check="columns_up"), "every column points upward"),
     (6.05, 6.05, "release", "top_flap", {}, "let go of the flap rings"),
     (6.05, 6.05, "release", "neck", {}, "let go of the neck"),
     (6.05, 9.40, "hold", "body", {}, "steady the bag on the floor while its top is gathered and tied"),
@@ -142,26 +155,28 @@ def _rim_fold(anchor: np.ndarray, s: float) -> np.ndarray:
     t[:, 2] -= s * FOLD_DROP
     return t
 
-def _neck_centre(x: np.ndarray) -> np.ndarray:
-    return x[ring_vertices(NECK_RING)].mean(axis=0)
+def _neck_centre(x: np.ndarray, resolution: int = 1) -> np.ndarray:
+    return x[ring_vertices(bag_grid(resolution)[2], resolution)].mean(axis=0)
 
-def _rest_flap_offsets():
-    "Radial and vertical offsets (rings × columns) of each rest vertex from its neck-column vertex."
-    v = bag_mesh()[0]; rings = np.arange(HEM_RING + 1)
-    idx = np.array([ring_vertices(k) if k else np.zeros(N_COLUMNS, int) for k in rings])
+@lru_cache(maxsize=None)
+def _rest_flap_offsets(resolution: int = 1):
+    "Radial and vertical offsets (rings × columns) of each rest vertex from its neck-column vertex, mesh at `resolution`."
+    rings, columns, neck, _ = bag_grid(resolution)
+    v = bag_mesh(resolution)[0]
+    idx = np.array([ring_vertices(k, resolution) if k else np.zeros(columns, int) for k in range(rings + 1)])
     r, z = np.linalg.norm(v[idx, :2], axis=2), v[idx, 2]
-    return r - r[NECK_RING], z - z[NECK_RING]
+    return r - r[neck], z - z[neck]
 
-_REST_FLAP = _rest_flap_offsets()
-
-def _goal(kind: str, particles: np.ndarray, x: np.ndarray, p: dict) -> np.ndarray:
-    "Goal positions of a `goto` move, from the positions `x` when it starts."
-    c = _neck_centre(x)
+def _goal(kind: str, particles: np.ndarray, x: np.ndarray, p: dict, resolution: int = 1) -> np.ndarray:
+    "Goal positions of a `goto` move, from the positions `x` when it starts (mesh at `resolution`)."
+    c = _neck_centre(x, resolution)
     if kind == "flap_rest":        # each flap point where the rest shape puts it relative to its own neck column
-        ring, col = (particles - 1) // N_COLUMNS + 1, (particles - 1) % N_COLUMNS
-        n = x[ring_vertices(NECK_RING)[col]]
+        _, columns, neck, _ = bag_grid(resolution)
+        ring, col = (particles - 1) // columns + 1, (particles - 1) % columns
+        n = x[ring_vertices(neck, resolution)[col]]
         u = n[:, :2] - c[:2]; u /= np.linalg.norm(u, axis=1, keepdims=True)
-        dr, dz = _REST_FLAP[0][ring, col], _REST_FLAP[1][ring, col]
+        rest_dr, rest_dz = _rest_flap_offsets(resolution)
+        dr, dz = rest_dr[ring, col], rest_dz[ring, col]
         return n + np.column_stack([dr[:, None] * u, dz])
     d = x[particles, :2] - c[:2]
     d /= np.linalg.norm(d, axis=1, keepdims=True)
@@ -170,15 +185,18 @@ def _goal(kind: str, particles: np.ndarray, x: np.ndarray, p: dict) -> np.ndarra
     g[:, 2] = c[2] + p["height"] if kind == "gather" else x[particles, 2] + p.get("dz", 0.0)
     return g
 
-def tie_pairs() -> np.ndarray:
-    "Tie pairs within and between the two neck bands: ring neighbours in each band, and each column across the bands."
-    a, b = (ring_vertices(k)[list(BAND_COLUMNS)] for k in BAND_RINGS)
+def tie_pairs(resolution: int = 1) -> np.ndarray:
+    "Tie pairs within and between the two neck bands: ring neighbours in each band, and each column across the bands (48 pairs at every resolution)."
+    n = len(BAND_COLUMNS)
+    bands = group_particles("bands", resolution)
+    a, b = bands[:n], bands[n:]
     within = [np.stack([r, np.roll(r, -1)], 1) for r in (a, b)]
     return np.concatenate(within + [np.stack([a, b], 1)]).astype(np.int32)
 
-def columns_up(x: np.ndarray) -> np.ndarray:
-    "For each of the 32 columns, whether the hem is above the neck."
-    return x[ring_vertices(HEM_RING), 2] > x[ring_vertices(NECK_RING), 2]
+def columns_up(x: np.ndarray, resolution: int = 1) -> np.ndarray:
+    "For each column of the mesh at `resolution` (32k of them), whether the hem is above the neck."
+    _, _, neck, hem = bag_grid(resolution)
+    return x[ring_vertices(hem, resolution), 2] > x[ring_vertices(neck, resolution), 2]
 
 PHASE_ACTIONS = ("fold", "drop", "lift", "shift", "goto", "tie")
 
@@ -207,8 +225,9 @@ class Controls:
     tolerance: float | None
 
 class Choreographer:
-    "Runs `TIMELINE` against a bag scene."
-    def __init__(self, timeline=TIMELINE, n_spheres: int = len(SPHERE_RADII)):
+    "Runs `TIMELINE` against a bag scene whose mesh is at `resolution`."
+    def __init__(self, timeline=TIMELINE, n_spheres: int = len(SPHERE_RADII), resolution: int = 1):
+        self.resolution = check_resolution(resolution)
         self.rows = sorted(timeline, key=lambda r: (r[0], r[1]))
         self.started = [False] * len(self.rows)
         self.moves = {}                 # row index -> (group, anchor, goal or None)
@@ -225,16 +244,16 @@ class Choreographer:
             self.moves = {k: m for k, m in self.moves.items() if group != "all" and m[0] != group}
         elif action == "tolerance": self.tolerance = p["tolerance"]
         elif action == "check":
-            up = columns_up(x)
+            up = columns_up(x, self.resolution)
             if not up.all():
-                raise ScenarioCheckFailed(f"at t = {t0:.2f} s, {int((~up).sum())} of 32 columns do not point upward (columns {np.flatnonzero(~up).tolist()})")
+                raise ScenarioCheckFailed(f"at t = {t0:.2f} s, {int((~up).sum())} of {len(up)} columns do not point upward (columns {np.flatnonzero(~up).tolist()})")
         elif action == "tie":
-            pairs = tie_pairs(); L0 = np.linalg.norm(x[pairs[:, 0]] - x[pairs[:, 1]], axis=1)
+            pairs = tie_pairs(self.resolution); L0 = np.linalg.norm(x[pairs[:, 0]] - x[pairs[:, 1]], axis=1)
             self.tie = (pairs, L0, p["shrink"], t0, t1)
         else:
-            parts = group_particles(group)
+            parts = group_particles(group, self.resolution)
             anchor = self.held.get(group, x[parts]).copy()
-            goal = _goal(p["goal"], parts, x, p) if action == "goto" else None
+            goal = _goal(p["goal"], parts, x, p, self.resolution) if action == "goto" else None
             self.moves[i] = (group, anchor, goal)
 
     def _target(self, row, anchor, goal, s):
@@ -260,10 +279,10 @@ class Choreographer:
             s = _smooth((t - row[0]) / (row[1] - row[0])) if row[1] > row[0] else 1.0
             self.held[group] = self._target(row, anchor, goal, s)
             if t >= row[1]: del self.moves[i]
-        parts = [group_particles(g) for g in self.held]
+        parts = [group_particles(g, self.resolution) for g in self.held]
         idx = np.concatenate(parts) if parts else np.zeros(0, np.int32)
         tg = np.concatenate([self.held[g] for g in self.held]) if parts else np.zeros((0, 3))
-        k = np.concatenate([np.full(len(group_particles(g)), GROUP_STIFFNESS[g]) for g in self.held]) if parts else np.zeros(0)
+        k = np.concatenate([np.full(len(pg), group_stiffness(g, self.resolution)) for g, pg in zip(self.held, parts)]) if parts else np.zeros(0)
         pairs = lengths = None
         if self.tie is not None:
             pairs, L0, shrink, t0, t1 = self.tie
@@ -306,6 +325,7 @@ class Trajectory:
     stopped: str = "running"
     wall_time: float = 0.0
     resumed: str = ""
+    resolution: int = 1
 
     def record(self, t, x, film, spheres):
         self.time.append(t); self.film.append(x[film].astype(np.float32)); self.spheres.append(x[spheres].astype(np.float32))
@@ -326,7 +346,7 @@ class Trajectory:
                 # uncompressed: positions barely compress (13 vs 15 MB for the full run) and compression takes 20× longer
                 np.savez(tmp, film=np.asarray(self.film, np.float32), spheres=np.asarray(self.spheres, np.float32), faces=self.faces,
                                     time=np.asarray(self.time), stopped=np.asarray(self.stopped), wall_time=np.asarray(self.wall_time),
-                                    resumed=np.asarray(self.resumed), **steps)
+                                    resumed=np.asarray(self.resumed), resolution=np.asarray(self.resolution), **steps)
                 os.replace(tmp, path)
         except BaseException as e:
             with suppress(OSError): tmp.unlink(missing_ok=True)
@@ -339,8 +359,12 @@ def load_trajectory(path) -> dict:
     with np.load(path, allow_pickle=False) as f:
         return {k: f[k] for k in f.files}
 
-def read_trajectory(path) -> dict:
-    "`load_trajectory` for a file given by a user: `BadInput` naming the file unless it is a readable .npz with `film` (n, 481, 3), `spheres` (n, 7, 3), `faces` (928, 3) and `time` (n,), every value finite."
+def trajectory_resolution(data: dict) -> int:
+    "The mesh resolution of a saved run: its `resolution` entry, or (files written before it was stored) the one its film's vertex count belongs to."
+    return int(data["resolution"]) if "resolution" in data else film_resolution(np.shape(data["film"])[1])
+
+def read_trajectory(path, resolution: int = 1, flag: str = "--resolution") -> dict:
+    "`load_trajectory` for a file given by a user: `BadInput` naming the file (and the command-line `flag` that picks the resolution) unless it is a readable .npz of a run at `resolution` with `film` (n, 481, 3) at resolution 1 (1 + 480k² vertices at k), `spheres` (n, 7, 3), `faces` (928, 3) at resolution 1 and `time` (n,), every value finite."
     path = Path(path)
     if not path.exists(): raise BadInput(f"{path}: no such file")
     if not path.is_file(): raise BadInput(f"{path}: not a regular file")
@@ -349,7 +373,12 @@ def read_trajectory(path) -> dict:
     except Exception as e: raise BadInput(f"{path}: not a readable .npz trajectory (truncated or another format: {type(e).__name__}: {e})") from e
     missing = [k for k in ("film", "spheres", "faces", "time") if k not in data]
     if missing: raise BadInput(f"{path}: not a bag trajectory, it has no {', '.join(missing)} array")
-    v, f = bag_mesh()
+    try: saved = trajectory_resolution(data)
+    except (ValueError, IndexError, TypeError): saved = resolution     # a film of no known resolution fails the shape check below
+    if saved != resolution:
+        raise BadInput(f"{path}: a run of the bag mesh at resolution {saved} ({data['film'].shape[1]} film vertices); "
+                       f"this run is at resolution {resolution}: give {flag} {saved} to use it")
+    v, f = bag_mesh(resolution)
     n = len(data["time"]) if data["time"].ndim == 1 else -1
     for key, shape in (("time", (n,)), ("film", (n, len(v), 3)), ("spheres", (n, len(SPHERE_RADII), 3)), ("faces", f.shape)):
         if data[key].shape != shape or n < 1:
@@ -371,7 +400,8 @@ def resume_run(scene: BagScene, ch: Choreographer, data: dict, at: float) -> tup
     "Put `scene` and `ch` where the saved run `data` was at time `at`; returns the trajectory so far and the step count there."
     t = np.asarray(data["time"]); k = resume_frame(data, at)
     if data["film"].shape[1:] != (len(scene.film), 3) or data["spheres"].shape[1:] != (len(scene.spheres), 3):
-        raise BadInput(f"the saved run's film {data['film'].shape[1:]} / spheres {data['spheres'].shape[1:]} do not match this scene")
+        raise BadInput(f"the saved run's film {data['film'].shape[1:]} / spheres {data['spheres'].shape[1:]} do not match this scene "
+                       f"(mesh at resolution {scene.resolution}: film ({len(scene.film)}, 3))")
     x = scene.positions()
     for j in range(k):                  # replay: each row starts from the positions it saw
         x[scene.film], x[scene.spheres] = data["film"][j], data["spheres"][j]
@@ -384,7 +414,7 @@ def resume_run(scene: BagScene, ch: Choreographer, data: dict, at: float) -> tup
     names = [c[5:] for c in data if c.startswith("step_")]
     traj = Trajectory(faces=np.asarray(data["faces"]), time=list(t[:k + 1]), film=list(data["film"][:k + 1]),
                       spheres=list(data["spheres"][:k + 1]),
-                      steps=[{n: data["step_" + n][j] for n in names} for j in range(k)])
+                      steps=[{n: data["step_" + n][j] for n in names} for j in range(k)], resolution=scene.resolution)
     return traj, k
 
 def thin_trajectory(src, dst, every: int = 8) -> Path:
@@ -410,18 +440,20 @@ def apply_controls(scene: BagScene, c: Controls):
     scene.state.particle_f.assign(f)
 
 def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progress: bool = True, timeline=TIMELINE,
-            resume=None, resume_at: float | None = None, save_every: float = 5.0, on_save=None, **solver_options) -> Trajectory:
-    """Run the bag scene to `until` seconds, from t = 0 or from a saved run (`resume`: path or dict, at `resume_at`, default its last frame); returns the `Trajectory`.
+            resume=None, resume_at: float | None = None, save_every: float = 5.0, on_save=None, resolution: int = 1,
+            **solver_options) -> Trajectory:
+    """Run the bag scene, its mesh at `resolution`, to `until` seconds, from t = 0 or from a saved run (`resume`: path or dict, at `resume_at`, default its last frame); returns the `Trajectory`.
     With `out`, the trajectory is written there every `save_every` seconds of wall time and when the run stops for any reason
     (`on_save(traj, out)` is called after each write); a write that fails stops the run with `TrajectoryWriteError`."""
     from tqdm.auto import tqdm
-    scene = BagScene.build(device, **solver_options)
-    ch = Choreographer(timeline)
+    scene = BagScene.build(device, resolution, **solver_options)
+    ch = Choreographer(timeline, resolution=scene.resolution)
     if resume is None:
-        traj, k0 = Trajectory(faces=scene.solver.ipc.tri.numpy()[:928].copy()), 0
+        n_faces = len(bag_mesh(scene.resolution)[1])
+        traj, k0 = Trajectory(faces=scene.solver.ipc.tri.numpy()[:n_faces].copy(), resolution=scene.resolution), 0
         traj.record(0.0, scene.positions(), scene.film, scene.spheres)
     else:
-        data = resume if isinstance(resume, dict) else read_trajectory(resume)
+        data = resume if isinstance(resume, dict) else read_trajectory(resume, scene.resolution)
         at = float(data["time"][-1]) if resume_at is None else resume_at
         traj, k0 = resume_run(scene, ch, data, at)
         earlier = str(data.get("resumed", ""))       # a resumed run of a resumed run keeps the whole chain
@@ -473,14 +505,21 @@ def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progr
     return traj
 
 # %% ../nbs/06_bag_scenario.ipynb #52664fc3
+def _neck_and_hem(film: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    "Vertex indices of the neck ring and the hem of a film frame, at the resolution its vertex count gives."
+    k = film_resolution(len(film))
+    _, _, neck, hem = bag_grid(k)
+    return ring_vertices(neck, k), ring_vertices(hem, k)
+
 def neck_width(film: np.ndarray) -> tuple[float, float]:
-    "Neck width (x, y) in metres of one film frame (481, 3)."
-    n = film[ring_vertices(NECK_RING)]
+    "Neck width (x, y) in metres of one film frame (481, 3) at resolution 1, (1 + 480k², 3) at k."
+    n = film[_neck_and_hem(film)[0]]
     return float(np.ptp(n[:, 0])), float(np.ptp(n[:, 1]))
 
 def flap_height(film: np.ndarray) -> float:
     "Median z of the hem − mean z of the neck ring, metres."
-    return float(np.median(film[ring_vertices(HEM_RING), 2]) - film[ring_vertices(NECK_RING), 2].mean())
+    neck, hem = _neck_and_hem(film)
+    return float(np.median(film[hem, 2]) - film[neck, 2].mean())
 
 def winding_number(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
     "Generalized winding number (Jacobson et al. 2013) of a closed triangle mesh at `points` (Van Oosterom–Strackee solid angles)."
@@ -492,27 +531,45 @@ def winding_number(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray) 
 
 def inside_bag(points: np.ndarray, film: np.ndarray, faces: np.ndarray) -> np.ndarray:
     "Whether each point is inside the bag: winding number > 0.5 of the film closed at its hem."
-    hem = ring_vertices(HEM_RING)
+    hem = _neck_and_hem(film)[1]
     v = np.concatenate([film, film[hem].mean(0, keepdims=True)])
     cap = np.stack([np.full(len(hem), len(film)), hem, np.roll(hem, -1)], 1)   # the hem loop runs like the faces beside it
     w = winding_number(points, v, np.concatenate([faces, cap]))
     return np.abs(w) > 0.5
 
 # %% ../nbs/06_bag_scenario.ipynb #4273b318
+def _near_pairs(ca, ra, cb, rb, cut, same: bool):
+    "Index pairs (i, j) of balls (centres `ca`, radii `ra`) and (`cb`, `rb`) whose surfaces come within `cut` (i < j when `same`)."
+    from scipy.spatial import cKDTree
+    tb = cKDTree(cb)
+    if same:
+        ij = tb.query_pairs(2.0 * rb.max() + cut, output_type="ndarray")
+    else:
+        hits = cKDTree(ca).query_ball_tree(tb, ra.max() + rb.max() + cut)
+        ij = np.array([(i, j) for i, h in enumerate(hits) for j in h], dtype=np.int64).reshape(-1, 2)
+    keep = np.linalg.norm(ca[ij[:, 0]] - cb[ij[:, 1]], axis=1) <= ra[ij[:, 0]] + rb[ij[:, 1]] + cut
+    return ij[keep]
+
 def film_gaps(film: np.ndarray, faces: np.ndarray, device=None) -> float:
-    "Smallest film–film distance (m) between non-adjacent vertex–triangle and edge–edge pairs of one frame (brute force)."
+    """Smallest film–film distance (m) between non-adjacent vertex–triangle and edge–edge pairs of one frame.
+    Exact without testing every pair: only pairs whose bounding balls come within a cutoff are measured, and the cutoff
+    grows (×4 from 1 mm) until the smallest distance found is within it — no pair left out can then be closer."""
     from newtonipc_nb.barrier import vertex_face_distance, edge_edge_distance
-    x = np.asarray(film, np.float64); n = len(x)
-    v, f = np.meshgrid(np.arange(n), np.arange(len(faces)), indexing="ij")
-    keep = ~(faces[f] == v[..., None]).any(-1)
-    v, f = v[keep], f[keep]
-    d_vt, _ = vertex_face_distance(np.concatenate([x[v][:, None], x[faces[f]]], axis=1), device=device)
+    x = np.asarray(film, np.float64)
     e = np.unique(np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1), axis=0)
-    i, j = np.triu_indices(len(e), 1)
-    keep = ~((e[i][:, :, None] == e[j][:, None, :]).any((1, 2)))
-    i, j = i[keep], j[keep]
-    d_ee, _ = edge_edge_distance(np.concatenate([x[e[i]], x[e[j]]], axis=1), device=device)
-    return float(min(d_vt.min(), d_ee.min()))
+    fc = x[faces].mean(1); fr = np.linalg.norm(x[faces] - fc[:, None], axis=2).max(1)
+    ec = x[e].mean(1); er = 0.5 * np.linalg.norm(x[e[:, 1]] - x[e[:, 0]], axis=1)
+    cut, span = 1e-3, float(np.linalg.norm(np.ptp(x, axis=0)))
+    while True:
+        vf = _near_pairs(x, np.zeros(len(x)), fc, fr, cut, same=False)
+        vf = vf[~(faces[vf[:, 1]] == vf[:, :1]).any(1)]
+        ee = _near_pairs(ec, er, ec, er, cut, same=True)
+        ee = ee[~(e[ee[:, 0]][:, :, None] == e[ee[:, 1]][:, None, :]).any((1, 2))]
+        d = np.inf
+        if len(vf): d = min(d, vertex_face_distance(np.concatenate([x[vf[:, 0]][:, None], x[faces[vf[:, 1]]]], axis=1), device=device)[0].min())
+        if len(ee): d = min(d, edge_edge_distance(np.concatenate([x[e[ee[:, 0]]], x[e[ee[:, 1]]]], axis=1), device=device)[0].min())
+        if d <= cut or cut > span: return float(d)
+        cut *= 4.0
 
 def sphere_film_gaps(spheres: np.ndarray, film: np.ndarray, faces: np.ndarray, radii=SPHERE_RADII, device=None) -> np.ndarray:
     "Per sphere, the smallest distance (m) from its surface to the film (centre-to-triangle distance − R)."
@@ -527,7 +584,8 @@ def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame
     from newtonipc_nb.ccd import count_intersections
     if isinstance(traj, Trajectory):
         traj = dict(film=np.asarray(traj.film), spheres=np.asarray(traj.spheres), faces=traj.faces, time=np.asarray(traj.time),
-                    wall_time=traj.wall_time, resumed=traj.resumed, **{f"step_{k}": v for k, v in pd.DataFrame(traj.steps).items()})
+                    wall_time=traj.wall_time, resumed=traj.resumed, resolution=traj.resolution,
+                    **{f"step_{k}": v for k, v in pd.DataFrame(traj.steps).items()})
     film, sph, faces, t = traj["film"].astype(np.float64), traj["spheres"].astype(np.float64), traj["faces"], traj["time"]
     k = len(t) - 1 if at is None else int(np.argmin(np.abs(t - at)))
     hits = np.array([count_intersections(f, faces, device=device) for f in film])
@@ -535,7 +593,9 @@ def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame
     zr = np.ptp(sph[last][:, :, 2], axis=0)
     nx, ny = neck_width(film[k])
     inside = inside_bag(sph[-1], film[-1], faces)
-    rows = [("time of the measured frame", f"{t[k]:.4f}", "s"),
+    res = trajectory_resolution(traj)
+    rows = [("mesh resolution (rings × columns + centre)", f"{res} ({15 * res} × {32 * res} + 1 = {film.shape[1]:,} vertices)", ""),
+            ("time of the measured frame", f"{t[k]:.4f}", "s"),
             ("neck width x × y", f"{1e3 * nx:.2f} × {1e3 * ny:.2f}", "mm"),
             ("flap height", f"{1e3 * flap_height(film[k]):.2f}", "mm"),
             ("self-intersection frames / all frames", f"{int((hits > 0).sum())} / {len(hits)}", ""),
@@ -545,6 +605,8 @@ def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame
             ("sphere centres inside the bag, last frame", f"{int(inside.sum())} / {len(inside)}", "")]
     if "step_min_gap" in traj and len(traj["step_min_gap"]):
         rows.append(("min contact gap over all steps (solver)", f"{1e3 * np.min(traj['step_min_gap']):.4f}", "mm"))
+    if "step_newton_iterations" in traj and len(traj["step_newton_iterations"]):
+        rows.append(("Newton iterations, all steps", f"{int(np.sum(traj['step_newton_iterations'])):,}", ""))
     if "wall_time" in traj: rows.append(("wall time", f"{float(traj['wall_time']):.1f}", "s"))
     if str(traj.get("resumed", "")): rows.append(("resumed (not a run from t = 0)", str(traj["resumed"]), ""))
     return pd.DataFrame(rows, columns=["measure", "value", "unit"])
@@ -606,6 +668,11 @@ def _number(kind, low, low_open: bool, what: str):
         return x
     return parse
 
+def _resolution(s):
+    "An argparse type: a bag mesh resolution (1, 2 or 4)."
+    try: return check_resolution(int(s))
+    except ValueError: raise argparse.ArgumentTypeError(f"{s!r} is not a mesh resolution: give 1, 2 or 4") from None
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):           # one line, no usage block
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -619,6 +686,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default="bag_trajectory.npz", metavar="PATH.npz",
                    help="trajectory file to write (default bag_trajectory.npz); the measurement table goes beside it as PATH.json")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="Warp device (default: cuda when present, else cpu)")
+    p.add_argument("--resolution", type=_resolution, default=1, metavar="K",
+                   help="bag mesh resolution: K× the rings and K× the columns, K in 1, 2, 4 (481, 1,921, 7,681 vertices; default 1)")
     p.add_argument("--every", type=_number(int, 1, False, "a whole number"), default=1, metavar="N",
                    help="store every N-th step, N ≥ 1 (default 1; only runs stored with 1 can be resumed)")
     p.add_argument("--resume", default=None, metavar="PATH.npz", help="continue a saved run (stored with --every 1) instead of starting at t = 0")
@@ -640,7 +709,7 @@ def _check_inputs(args) -> Path:
     if table.exists() and not table.is_file(): raise BadInput(f"--out {out}: the table's path {table} exists and is not a regular file")
     if args.resume is not None:
         try:
-            data = read_trajectory(args.resume)
+            data = read_trajectory(args.resume, args.resolution)
             k = resume_frame(data, args.resume_at)
         except BadInput as e:
             raise BadInput(f"--resume {e}" if str(e).startswith(str(args.resume)) else f"--resume {args.resume}: {e}") from e
@@ -680,7 +749,7 @@ def _run(args, out: Path, say) -> int:
     wp.config.quiet = True
     device = args.device or default_device()
     table = out.with_suffix(".json")
-    print(f"newtonipc-bag: {args.until:.2f} s of the bag scene on {device}, every {args.every} step(s) stored in {out}", flush=True)
+    print(f"newtonipc-bag: {args.until:.2f} s of the bag scene (mesh resolution {args.resolution}) on {device}, every {args.every} step(s) stored in {out}", flush=True)
     if args.until > SCENE_END + 1e-9:
         print(f"newtonipc-bag: note: the scene ends at {SCENE_END:.2f} s (every support released at 9.40 s); from there to "
               f"{args.until:.2f} s the bag rests on the floor with no supports", flush=True)
@@ -692,7 +761,7 @@ def _run(args, out: Path, say) -> int:
     code, error = 0, None
     try:
         run_bag(args.until, every=args.every, device=device, out=out, resume=args.resume, resume_at=args.resume_at,
-                save_every=args.save_every, on_save=on_save)
+                save_every=args.save_every, on_save=on_save, resolution=args.resolution)
     except KeyboardInterrupt: code = 130
     except Terminated: code = 143
     except Exception as e: code, error = 1, e
@@ -708,7 +777,8 @@ def _run(args, out: Path, say) -> int:
         return code
     if code in (130, 143):
         if args.every == 1 and n > 1:
-            cont = f"newtonipc-bag --resume {shlex.quote(str(out))} --out {shlex.quote(str(out))} --until {args.until:g}" + (f" --device {args.device}" if args.device else "")
+            cont = (f"newtonipc-bag --resume {shlex.quote(str(out))} --out {shlex.quote(str(out))} --until {args.until:g}"
+                    + (f" --resolution {args.resolution}" if args.resolution != 1 else "") + (f" --device {args.device}" if args.device else ""))
             say(f"{stopped}: {n} frames saved in {out}; continue with: {cont}")
         else:
             say(f"{stopped}: {n} frames saved in {out}; " + (f"it cannot be resumed (stored with --every {args.every})" if n > 1 else "no step finished, nothing to resume"))
@@ -720,7 +790,7 @@ def _run(args, out: Path, say) -> int:
         try:
             m = measure(data, device=device)
             print(m.to_string(index=False), flush=True)
-            write_text_atomic(table, json.dumps({"stopped": str(data["stopped"]), "frames": int(len(data["time"])),
+            write_text_atomic(table, json.dumps({"stopped": str(data["stopped"]), "frames": int(len(data["time"])), "resolution": args.resolution,
                                            "measurements": m.to_dict(orient="records")}, indent=2))
         except Exception as e:
             say(str(e) if isinstance(e, TrajectoryWriteError) else f"measuring {out} failed: {type(e).__name__}: {e}")

@@ -16,11 +16,12 @@ from .terms import ElementEnergyTerm, EnergyTerm, HessianBlocks, sum_into   # re
 
 # %% auto #0
 __all__ = ['BAG_FILM', 'N_RINGS', 'N_COLUMNS', 'NECK_RING', 'HEM_RING', 'BOTTOM_RINGS', 'BOTTOM_RADIUS', 'SHOULDER', 'NECK',
-           'FLAP_EDGE', 'FLAP_FLARE', 'BIN_RADIUS', 'BIN_HEIGHT', 'mat32d', 'SPHERE_RADII', 'SPHERE_DENSITY',
-           'SPHERE_COLUMN_BOTTOM', 'SPHERE_COLUMN_GAP', 'SPHERE_DROP_XY', 'membrane_lame', 'bending_stiffness',
-           'hinge_edge_ke', 'hinge_k_theta', 'areal_density', 'Film', 'ring_vertices', 'bag_mesh', 'mesh_report',
-           'grid_faces', 'dihedral_angle', 'ModelError', 'IPCModel', 'newton_particle_active', 'bin_mesh', 'floor_mesh',
-           'add_mesh', 'set_hinge_stiffness', 'SceneIndex', 'sphere_column', 'bag_scene_builder', 'warm_kernels']
+           'FLAP_EDGE', 'FLAP_FLARE', 'BIN_RADIUS', 'BIN_HEIGHT', 'RESOLUTIONS', 'mat32d', 'SPHERE_RADII',
+           'SPHERE_DENSITY', 'SPHERE_COLUMN_BOTTOM', 'SPHERE_COLUMN_GAP', 'SPHERE_DROP_XY', 'membrane_lame',
+           'bending_stiffness', 'hinge_edge_ke', 'hinge_k_theta', 'areal_density', 'Film', 'check_resolution',
+           'bag_grid', 'film_resolution', 'ring_vertices', 'bag_mesh', 'mesh_report', 'grid_faces', 'dihedral_angle',
+           'ModelError', 'IPCModel', 'newton_particle_active', 'bin_mesh', 'floor_mesh', 'add_mesh',
+           'set_hinge_stiffness', 'SceneIndex', 'sphere_column', 'bag_scene_builder', 'warm_kernels']
 
 # %% ../nbs/00_inputs.ipynb #5920d1af
 def membrane_lame(E: float, nu: float, h: float) -> tuple[float, float]:
@@ -87,14 +88,34 @@ FLAP_FLARE = (0.0025, 0.003, 0.004, 0.005)   # m, radius gained along each flap 
 BIN_RADIUS = 0.062         # m, inner radius of the open bin
 BIN_HEIGHT = 0.106         # m
 
-def ring_vertices(k: int) -> np.ndarray:
-    "The int32 vertex indices of ring `k` (1…15) of the bag mesh, column by column."
-    if not 1 <= k <= N_RINGS: raise ValueError(f"ring index must be in 1..{N_RINGS}, got {k}")
-    return np.arange(1 + N_COLUMNS * (k - 1), 1 + N_COLUMNS * k, dtype=np.int32)
+RESOLUTIONS = (1, 2, 4)      # mesh refinements of the bag: k× the rings and k× the columns
+
+def check_resolution(resolution) -> int:
+    "`resolution` as an int if it is one of `RESOLUTIONS`, else a `ValueError` naming it."
+    if isinstance(resolution, bool) or not isinstance(resolution, (int, np.integer)) or int(resolution) not in RESOLUTIONS:
+        raise ValueError(f"bag mesh resolution must be one of {', '.join(map(str, RESOLUTIONS))}, got {resolution!r}")
+    return int(resolution)
+
+def bag_grid(resolution: int = 1) -> tuple[int, int, int, int]:
+    "`(rings, columns, neck ring, hem ring)` of the bag mesh at `resolution` k: 15k rings of 32k columns, neck ring 11k, hem 15k."
+    k = check_resolution(resolution)
+    return N_RINGS * k, N_COLUMNS * k, NECK_RING * k, HEM_RING * k
+
+def film_resolution(n_vertices: int) -> int:
+    "The resolution whose bag mesh has `n_vertices` vertices (1 + 480 k²), else a `ValueError` naming the count."
+    for k in RESOLUTIONS:
+        if n_vertices == 1 + N_RINGS * N_COLUMNS * k * k: return k
+    raise ValueError(f"{n_vertices} vertices is no bag mesh (resolutions {RESOLUTIONS} have {[1 + N_RINGS * N_COLUMNS * k * k for k in RESOLUTIONS]})")
+
+def ring_vertices(k: int, resolution: int = 1) -> np.ndarray:
+    "The int32 vertex indices of ring `k` (1 … 15·resolution) of the bag mesh, column by column."
+    rings, columns, _, _ = bag_grid(resolution)
+    if not 1 <= k <= rings: raise ValueError(f"ring index must be in 1..{rings} at resolution {resolution}, got {k}")
+    return np.arange(1 + columns * (k - 1), 1 + columns * k, dtype=np.int32)
 
 # %% ../nbs/00_inputs.ipynb #11a9c724
-def _ring_profile() -> tuple[np.ndarray, np.ndarray]:
-    "Radius and height of rings 1..15 along the bag's profile."
+def _ring_profile(resolution: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    "Radius and height of rings 1 … 15k along the bag's profile: the 15 rings of resolution 1, each profile segment cut into k equal parts."
     k = np.arange(1, N_RINGS + 1)
     r, z = np.zeros(N_RINGS), np.zeros(N_RINGS)
     disc, wall, flap = k <= BOTTOM_RINGS, (k >= BOTTOM_RINGS) & (k < NECK_RING), k > NECK_RING
@@ -104,23 +125,31 @@ def _ring_profile() -> tuple[np.ndarray, np.ndarray]:
     r[NECK_RING - 1], z[NECK_RING - 1] = NECK
     dr = np.asarray(FLAP_FLARE)
     r[flap], z[flap] = NECK[0] + np.cumsum(dr), NECK[1] + np.cumsum(np.sqrt(FLAP_EDGE**2 - dr**2))
-    return r, z
+    n = check_resolution(resolution)
+    if n == 1: return r, z
+    p = np.stack([np.r_[0.0, r], np.r_[0.0, z]], 1)                    # the profile polyline from the centre
+    f = np.arange(1, n + 1) / n
+    fine = (p[:-1, None] + f[None, :, None] * (p[1:] - p[:-1])[:, None]).reshape(-1, 2)
+    fine[n - 1::n] = p[1:]                                               # every k-th ring exactly a resolution-1 ring
+    return fine[:, 0], fine[:, 1]
 
-def bag_mesh() -> tuple[np.ndarray, np.ndarray]:
-    "The open garbage bag: `(vertices (481, 3) float64, faces (928, 3) int32)`, normals pointing outward."
-    r, z = _ring_profile()
-    phi = 2.0 * np.pi * np.arange(N_COLUMNS) / N_COLUMNS
-    rings = np.stack([np.stack([rk * np.cos(phi), rk * np.sin(phi), np.full(N_COLUMNS, zk)], axis=1)
-                      for rk, zk in zip(r, z)])
-    vertices = np.concatenate([np.zeros((1, 3)), rings.reshape(-1, 3)])
+def bag_mesh(resolution: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """The open garbage bag at `resolution` k: `(vertices (1 + 480k², 3) float64, faces (32k(30k − 1), 3) int32)`, normals
+    pointing outward; k = 1 is 481 vertices and 928 faces."""
+    rings, columns, _, _ = bag_grid(resolution)
+    r, z = _ring_profile(resolution)
+    phi = 2.0 * np.pi * np.arange(columns) / columns
+    rings_xyz = np.stack([np.stack([rk * np.cos(phi), rk * np.sin(phi), np.full(columns, zk)], axis=1)
+                          for rk, zk in zip(r, z)])
+    vertices = np.concatenate([np.zeros((1, 3)), rings_xyz.reshape(-1, 3)])
     faces = []
-    ring1 = ring_vertices(1)
-    for j in range(N_COLUMNS):   # the centre fan of the bottom, seen from below counter-clockwise
-        faces.append((0, ring1[(j + 1) % N_COLUMNS], ring1[j]))
-    for k in range(1, N_RINGS):
-        lo, hi = ring_vertices(k), ring_vertices(k + 1)
-        for j in range(N_COLUMNS):
-            j1 = (j + 1) % N_COLUMNS
+    ring1 = ring_vertices(1, resolution)
+    for j in range(columns):     # the centre fan of the bottom, seen from below counter-clockwise
+        faces.append((0, ring1[(j + 1) % columns], ring1[j]))
+    for k in range(1, rings):
+        lo, hi = ring_vertices(k, resolution), ring_vertices(k + 1, resolution)
+        for j in range(columns):
+            j1 = (j + 1) % columns
             a, b, c, d = lo[j], lo[j1], hi[j1], hi[j]   # quad lo[j] → lo[j+1] → hi[j+1] → hi[j], outward
             faces += [(a, b, c), (a, c, d)] if j % 2 == 0 else [(a, b, d), (b, c, d)]
     return vertices, np.asarray(faces, dtype=np.int32)
@@ -391,11 +420,11 @@ def sphere_column(radii=SPHERE_RADII, drop_xy=SPHERE_DROP_XY, bottom: float = SP
     for r0, r1 in zip(radii[:-1], radii[1:]): z.append(z[-1] + r0 + r1 + gap)
     return np.concatenate([np.asarray(drop_xy, dtype=np.float64), np.asarray(z)[:, None]], axis=1)
 
-def bag_scene_builder(film: Film = BAG_FILM, bag_offset=(0.0, 0.0, 0.002)):
-    "A `newton.ModelBuilder` holding the bag film, a fixed bin and floor, and the 7 spheres; returns `(builder, SceneIndex)`."
+def bag_scene_builder(film: Film = BAG_FILM, bag_offset=(0.0, 0.0, 0.002), resolution: int = 1):
+    "A `newton.ModelBuilder` holding the bag film (mesh at `resolution`), a fixed bin and floor, and the 7 spheres; returns `(builder, SceneIndex)`."
     import newton
     b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
-    V, F = bag_mesh()
+    V, F = bag_mesh(resolution)
     first_edge = len(b.edge_indices)
     f0 = add_mesh(b, V + np.asarray(bag_offset), F, density=film.areal_density, mu=film.mu, lam=film.lam)
     set_hinge_stiffness(b, first_edge, film.D)

@@ -368,18 +368,18 @@ class VBDBag:
     film_flags: np.ndarray
     particle_mass: np.ndarray
 
-def vbd_bag_scene(device=None, *, iterations: int = VBD_ITERATIONS, bag_offset=(0.0, 0.0, 0.002)) -> VBDBag:
-    "Build the bag scene as the reference implementation's VBD run set it up: same film and spheres, box-panel bin, ground floor."
+def vbd_bag_scene(device=None, *, iterations: int = VBD_ITERATIONS, bag_offset=(0.0, 0.0, 0.002), resolution: int = 1) -> VBDBag:
+    "Build the bag scene (film mesh at `resolution`) as the reference implementation's VBD run set it up: same film and spheres, box-panel bin, ground floor."
     from newtonipc_nb.bag import tie_pairs
     device = str(wp.get_device(device))
     b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
-    V, F = bag_mesh()
+    V, F = bag_mesh(resolution)
     e0 = len(b.edge_indices)
     add_mesh(b, V + np.asarray(bag_offset), F, density=BAG_FILM.areal_density, mu=BAG_FILM.mu, lam=BAG_FILM.lam)
     set_hinge_stiffness(b, e0, BAG_FILM.D)
     n_film = b.particle_count
     for i in range(n_film): b.particle_radius[i] = VBD_CONTACT_RADIUS
-    tp = tie_pairs()
+    tp = tie_pairs(resolution)
     for i, j in tp: b.add_spring(int(i), int(j), 0.0, 0.0, 0.0)       # the tie: switched on by stiffness at 8.40 s
     cfg = newton.ModelBuilder.ShapeConfig(mu=VBD_FRICTION)
     n_panels, H, R = 32, BIN_HEIGHT, BIN_RADIUS
@@ -435,11 +435,11 @@ def vbd_apply_controls(sc: VBDBag, c, dt: float = VBD_DT):
     bf[hover, 2] = sc.sphere_mass[hover] * 9.81
     sc.state.body_f.assign(bf)
 
-def run_vbd_bag(until: float, *, device=None, record_every: int = 4, timeline=None, progress: bool = False) -> dict:
-    "Drive the TIMELINE choreography through SolverVBD to `until` s; frames every `record_every` substeps (1/240 s)."
+def run_vbd_bag(until: float, *, device=None, record_every: int = 4, timeline=None, progress: bool = False, resolution: int = 1) -> dict:
+    "Drive the TIMELINE choreography through SolverVBD to `until` s, the film mesh at `resolution`; frames every `record_every` substeps (1/240 s)."
     from newtonipc_nb.bag import TIMELINE, Choreographer
-    sc = vbd_bag_scene(device)
-    ch = Choreographer(timeline or TIMELINE)
+    sc = vbd_bag_scene(device, resolution=resolution)
+    ch = Choreographer(timeline or TIMELINE, resolution=resolution)
     n = int(round(until / VBD_DT))
     rec = dict(time=[0.0], film=[sc.state.particle_q.numpy()[sc.film].copy()], spheres=[sc.state.body_q.numpy()[:, :3].copy()])
     t_wall = time.perf_counter(); stopped = "completed"
@@ -458,7 +458,7 @@ def run_vbd_bag(until: float, *, device=None, record_every: int = 4, timeline=No
     except Exception as e:
         stopped = f"failed after t = {rec['time'][-1]:.4f} s: {type(e).__name__}: {e}"
     rec = {k: np.asarray(v) for k, v in rec.items()}
-    rec.update(faces=sc.faces, wall_time=time.perf_counter() - t_wall, stopped=stopped)
+    rec.update(faces=sc.faces, wall_time=time.perf_counter() - t_wall, stopped=stopped, resolution=resolution)
     return rec
 
 # %% ../nbs/07_validation.ipynb #9a8bf154
@@ -487,8 +487,10 @@ def side_by_side_measures(traj: dict, window: float = 1.0) -> dict:
 
 def _columns_up_at(film, t, at: float) -> str:
     from newtonipc_nb.bag import columns_up
+    from newtonipc_nb.inputs import film_resolution
     k = int(np.argmin(np.abs(t - at)))
-    return f"{int(columns_up(film[k]).sum())} / 32" if abs(t[k] - at) < 0.005 else "—"
+    up = columns_up(film[k], film_resolution(film.shape[1]))
+    return f"{int(up.sum())} / {len(up)}" if abs(t[k] - at) < 0.005 else "—"
 
 def unchecked_timeline(timeline=None) -> list:
     "The timeline without its `check` rows: VBD is driven through every phase and the check is reported, not enforced."
@@ -505,16 +507,21 @@ def saved_ipc_run(source, until: float) -> dict:
     return dict(film=d["film"][keep], spheres=d["spheres"][keep], faces=d["faces"], time=t[keep],
                 wall_time=float(d["wall_time"]) * until / t[-1], stopped=f"{d['stopped']} (cut at {until:.2f} s; wall time pro rata)")
 
-def compare_vbd(until: float = 0.2, *, device=None, ipc=None, vbd=None) -> tuple[pd.DataFrame, dict]:
-    "Run the bag choreography to `until` s through SolverIPC and SolverVBD on `device` (or take saved runs: `ipc` a bag run from t = 0, path or dict; `vbd` a `run_vbd_bag` result, e.g. `load_side_by_side(…)['vbd']`); the side-by-side table beside the reference implementation's, and both trajectories."
+def compare_vbd(until: float = 0.2, *, device=None, ipc=None, vbd=None, resolution: int = 1) -> tuple[pd.DataFrame, dict]:
+    "Run the bag choreography, film mesh at `resolution`, to `until` s through SolverIPC and SolverVBD on `device` (or take saved runs at that resolution: `ipc` a bag run from t = 0, path or dict; `vbd` a `run_vbd_bag` result, e.g. `load_side_by_side(…)['vbd']`); the side-by-side table beside the reference implementation's, and both trajectories."
     from newtonipc_nb.bag import run_bag
+    from newtonipc_nb.inputs import bag_mesh, check_resolution
+    n_film = len(bag_mesh(check_resolution(resolution))[0])
     if ipc is None:
-        tr = run_bag(until, device=device, progress=False)
+        tr = run_bag(until, device=device, progress=False, resolution=resolution)
         ipc = dict(film=np.asarray(tr.film), spheres=np.asarray(tr.spheres), faces=tr.faces, time=np.asarray(tr.time), wall_time=tr.wall_time,
                    stopped=tr.stopped)
     else:
         ipc = saved_ipc_run(ipc, until)
-    vbd = run_vbd_bag(until, device=device, timeline=unchecked_timeline()) if vbd is None else vbd
+    vbd = run_vbd_bag(until, device=device, timeline=unchecked_timeline(), resolution=resolution) if vbd is None else vbd
+    for name, run in (("ipc", ipc), ("vbd", vbd)):
+        if np.shape(run["film"])[1] != n_film:
+            raise ValueError(f"compare_vbd: the {name} run's film has {np.shape(run['film'])[1]} vertices, the mesh at resolution {resolution} has {n_film}")
     mi, mv = side_by_side_measures(ipc), side_by_side_measures(vbd)
     rows = [dict(measured=k, **{"reference VBD (8.45 s)": s[0], "reference IPC (8.45 s)": s[1], f"ours VBD ({until:.2f} s)": mv[k], f"ours IPC ({until:.2f} s)": mi[k]})
             for k, s in SEED_SIDE_BY_SIDE.items()]
@@ -606,7 +613,7 @@ def run_validation(full: bool = False, *, bag_out=None) -> list[Check]:
     return checks
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from newtonipc_nb.bag import _number
+    from newtonipc_nb.bag import _number, _resolution
     epilog = ("exit codes:\n    0  every check passed (skipped checks are not failures)\n    1  a check failed, or the report could not be written\n"
               "    2  bad input: an argument, or an output path that cannot be written (checked before any check runs)")
     p = argparse.ArgumentParser(prog="newtonipc-validate", description="Run every verification check and print one table.",
@@ -617,6 +624,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--vbd", type=_number(float, 0.0, False, "a finite time in seconds"), default=0.0, metavar="SECONDS", help="also run the IPC vs Newton VBD side-by-side for SECONDS of scene time")
     p.add_argument("--vbd-out", default="validation_vbd.npz", help="with --vbd: both trajectories to this file (default validation_vbd.npz)")
     p.add_argument("--vbd-ipc", default=None, metavar="PATH.npz", help="with --vbd: take the IPC side from this saved newtonipc-bag run (from t = 0) instead of running it")
+    p.add_argument("--vbd-resolution", type=_resolution, default=1, metavar="K", help="with --vbd: the bag mesh resolution of both sides, 1, 2 or 4 (default 1)")
     return p.parse_args(argv)
 
 def _check_outputs(args):
@@ -626,7 +634,7 @@ def _check_outputs(args):
     if args.full: check_writable(args.bag_out, "--bag-out")
     if args.vbd > 0:
         check_writable(args.vbd_out, "--vbd-out")
-        if args.vbd_ipc: read_trajectory(args.vbd_ipc)
+        if args.vbd_ipc: read_trajectory(args.vbd_ipc, args.vbd_resolution, "--vbd-resolution")
 
 def main(argv=None) -> int:
     "Entry point of `newtonipc-validate`: 0 when every check passes (skipped checks are not failures), 1 otherwise, 2 when an output cannot be written (one line, before any check)."
@@ -647,7 +655,7 @@ def main(argv=None) -> int:
     print(f"\n{len(checks)} checks: {sum(c.passed is True for c in checks)} pass, {len(failed)} fail, {sum(c.passed is None for c in checks)} skipped")
     report = dict(full=args.full, failed=failed, checks=table.to_dict(orient="records"))
     if args.vbd > 0:
-        sbs, trajs = compare_vbd(args.vbd, ipc=args.vbd_ipc)
+        sbs, trajs = compare_vbd(args.vbd, ipc=args.vbd_ipc, resolution=args.vbd_resolution)
         save_side_by_side(trajs, args.vbd_out)
         with pd.option_context("display.max_colwidth", 60, "display.width", 250):
             print(f"\nIPC vs Newton VBD, {args.vbd:.2f} s of the bag choreography:\n" + sbs.to_string(index=False))

@@ -283,3 +283,106 @@ def test_save_every_writes_during_the_run(tmp_path):
     seen = []
     run_bag(3 * DT, out=tmp_path / "r.npz", progress=False, save_every=0, on_save=lambda tr, p: seen.append(len(tr.time)))
     assert seen == [2, 3, 4] and not list(tmp_path.glob("*.tmp*"))
+
+
+# --- the bag at any resolution: the same choreography on finer meshes -------------------------------------------------
+from newtonipc_nb.bag import (GROUP_STIFFNESS, Choreographer, columns_up, film_gaps, group_particles, group_stiffness,
+                              read_trajectory, tie_pairs)
+from newtonipc_nb.inputs import bag_grid
+
+
+def _angles(v, idx):
+    return np.arctan2(v[idx, 1], v[idx, 0])
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_groups_select_the_same_places_at_every_resolution(k):
+    v1, vk = bag_mesh(1)[0], bag_mesh(k)[0]
+    for g in ("grips", "flap", "bands"):            # fixed points of the film: the very same rest positions
+        assert np.array_equal(vk[group_particles(g, k)], v1[group_particles(g)]), g
+    for g in ("hem", "neck", "body"):               # whole rings: at the same height, every column
+        idx = group_particles(g, k)
+        assert len(idx) == 32 * k and np.all(vk[idx, 2] == v1[group_particles(g)][0, 2]), g
+    _, _, neck, hem = bag_grid(k)
+    above_neck = np.arange(1 + 32 * k * neck, len(vk))
+    assert np.array_equal(np.sort(group_particles("top_flap", k)), above_neck)
+    assert np.array_equal(group_particles("hem", k), np.arange(len(vk) - 32 * k, len(vk))), "the hem is the last ring"
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_support_and_tie_totals_do_not_depend_on_resolution(k):
+    for g, per_vertex in GROUP_STIFFNESS.items():
+        total = group_stiffness(g, k) * len(group_particles(g, k))
+        assert total == pytest.approx(per_vertex * len(group_particles(g)), rel=1e-12), g
+    x1, xk = bag_mesh(1)[0], bag_mesh(k)[0]
+    p1, pk = tie_pairs(), tie_pairs(k)
+    assert pk.shape == (48, 2)
+    np.testing.assert_array_equal(np.linalg.norm(xk[pk[:, 0]] - xk[pk[:, 1]], axis=1), np.linalg.norm(x1[p1[:, 0]] - x1[p1[:, 1]], axis=1))
+    # what the choreography asks of a step: the same total stiffness on each group at every resolution
+    c1, ck = (Choreographer(resolution=r).controls(0.5, bag_mesh(r)[0]) for r in (1, k))
+    assert ck.support_stiffness.sum() == pytest.approx(c1.support_stiffness.sum(), rel=1e-12)
+    assert len(ck.support_particles) == len(group_particles("hem", k)) + len(group_particles("neck", k))
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_columns_up_for_any_column_count(k):
+    v = bag_mesh(k)[0]
+    up = columns_up(v, k)
+    assert up.shape == (32 * k,) and up.all()
+    _, columns, _, hem = bag_grid(k)
+    v[ring_vertices(hem, k)[::3], 2] = 0.0           # every third column's hem below its neck
+    assert np.flatnonzero(~columns_up(v, k)).tolist() == list(range(0, columns, 3))
+    x = np.concatenate([bag_mesh(k)[0], np.zeros((40, 3))])       # a whole scene: film first, other particles after
+    x[ring_vertices(hem, k)[1], 2] = -1.0
+    ch = Choreographer([(0.0, 0.0, "check", "film", dict(check="columns_up"), "")], resolution=k)
+    with pytest.raises(bag.ScenarioCheckFailed, match=f"1 of {columns} columns do not point upward \\(columns \\[1\\]\\)"):
+        ch.controls(0.0, x)
+
+
+def test_film_gaps_is_the_brute_force_minimum():
+    from newtonipc_nb.barrier import edge_edge_distance, folded_bag, vertex_face_distance
+    v, f = bag_mesh()
+    x = folded_bag(v)
+    vi, fi = np.meshgrid(np.arange(len(x)), np.arange(len(f)), indexing="ij")
+    keep = ~(f[fi] == vi[..., None]).any(-1)
+    d_vt = vertex_face_distance(np.concatenate([x[vi[keep]][:, None], x[f[fi[keep]]]], axis=1))[0].min()
+    e = np.unique(np.sort(np.concatenate([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]]), axis=1), axis=0)
+    i, j = np.triu_indices(len(e), 1)
+    keep = ~((e[i][:, :, None] == e[j][:, None, :]).any((1, 2)))
+    d_ee = edge_edge_distance(np.concatenate([x[e[i[keep]]], x[e[j[keep]]]], axis=1))[0].min()
+    assert film_gaps(x, f) == min(d_vt, d_ee)
+    assert film_gaps(v, f) == pytest.approx(0.003384, abs=1e-6)            # the rest bag: nothing near, the cutoff grows
+
+
+def test_bag_smoke_two_steps_at_resolution_2(tmp_path):
+    out = tmp_path / "smoke2.npz"
+    tr = run_bag(2 * DT, out=out, progress=False, resolution=2)
+    d = load_trajectory(out)
+    assert d["film"].shape == (3, 1921, 3) and d["faces"].shape == (3776, 3) and int(d["resolution"]) == 2
+    assert np.array_equal(d["faces"], bag_mesh(2)[1]) and np.all(d["step_min_gap"] > 0)
+    m = measure(tr).set_index("measure")["value"]
+    assert m["mesh resolution (rings × columns + centre)"] == "2 (30 × 64 + 1 = 1,921 vertices)"
+    assert m["self-intersection frames / all frames"] == "0 / 3"
+    with pytest.raises(ValueError, match="resolution 1"):               # resuming it as a resolution-1 run is refused
+        run_bag(4 * DT, progress=False, resume=out)
+    b = run_bag(3 * DT, progress=False, resume=out, resolution=2)
+    assert len(b.time) == 4 and b.resolution == 2
+
+
+@pytest.mark.parametrize("value", ["3", "0", "x", "1.5", "-2"])
+def test_cli_resolution_must_be_1_2_or_4(value, tmp_path):
+    r = bag_cli("--resolution", value, "--out", tmp_path / "x.npz")
+    one_line(r, 2, "newtonipc-bag: error: argument --resolution:", f"'{value}' is not a mesh resolution: give 1, 2 or 4")
+    assert r.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_cli_refuses_to_resume_a_run_of_another_resolution(tmp_path):
+    v2, f2 = bag_mesh(2)
+    two = fake_run(tmp_path / "two.npz", film=np.repeat(v2[None].astype(np.float32), 5, 0), faces=f2)   # an older file: no resolution entry
+    one_line(bag_cli("--resume", two, "--out", tmp_path / "b.npz", "--until", 0.1), 2, f"--resume {two}",
+             "a run of the bag mesh at resolution 2 (1921 film vertices)", "this run is at resolution 1", "give --resolution 2 to use it")
+    one = fake_run(tmp_path / "one.npz", resolution=np.asarray(1))
+    one_line(bag_cli("--resume", one, "--out", tmp_path / "b.npz", "--until", 0.1, "--resolution", "4"), 2,
+             "a run of the bag mesh at resolution 1 (481 film vertices)", "this run is at resolution 4", "give --resolution 1")
+    assert read_trajectory(two, 2)["film"].shape == (5, 1921, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.npz", "two.npz"]

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import warp as wp
 
-from newtonipc_nb.inputs import (BAG_FILM, SPHERE_RADII, IPCModel, ModelError, add_mesh, bag_mesh,
-                                 bag_scene_builder, mesh_report, ring_vertices)
+from newtonipc_nb.inputs import (BAG_FILM, BOTTOM_RADIUS, BOTTOM_RINGS, FLAP_EDGE, FLAP_FLARE, NECK, NECK_RING, N_RINGS,
+                                 SHOULDER, SPHERE_RADII, IPCModel, ModelError, add_mesh, bag_grid, bag_mesh,
+                                 bag_scene_builder, check_resolution, film_resolution, mesh_report, ring_vertices)
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,86 @@ def test_bag_mesh_topology():
     e = np.sort(np.concatenate([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]]), axis=1)
     u, c = np.unique(e, axis=0, return_counts=True)
     assert set(u[c == 1].ravel()) == set(ring_vertices(15).tolist())
+
+
+def _mesh_before_resolutions():
+    "The bag mesh as it was built before `resolution` existed (rings 1..15, 32 columns), recomputed from that code."
+    k = np.arange(1, N_RINGS + 1)
+    r, z = np.zeros(N_RINGS), np.zeros(N_RINGS)
+    disc, wall, flap = k <= BOTTOM_RINGS, (k >= BOTTOM_RINGS) & (k < NECK_RING), k > NECK_RING
+    r[disc] = BOTTOM_RADIUS * k[disc] / BOTTOM_RINGS
+    s = (k[wall] - BOTTOM_RINGS) / (NECK_RING - 1 - BOTTOM_RINGS)
+    r[wall], z[wall] = BOTTOM_RADIUS + s * (SHOULDER[0] - BOTTOM_RADIUS), s * SHOULDER[1]
+    r[NECK_RING - 1], z[NECK_RING - 1] = NECK
+    dr = np.asarray(FLAP_FLARE)
+    r[flap], z[flap] = NECK[0] + np.cumsum(dr), NECK[1] + np.cumsum(np.sqrt(FLAP_EDGE**2 - dr**2))
+    phi = 2.0 * np.pi * np.arange(32) / 32
+    rings = np.stack([np.stack([rk * np.cos(phi), rk * np.sin(phi), np.full(32, zk)], axis=1) for rk, zk in zip(r, z)])
+    v = np.concatenate([np.zeros((1, 3)), rings.reshape(-1, 3)])
+    ring = lambda k: np.arange(1 + 32 * (k - 1), 1 + 32 * k)
+    f = [(0, ring(1)[(j + 1) % 32], ring(1)[j]) for j in range(32)]
+    for k in range(1, 15):
+        lo, hi = ring(k), ring(k + 1)
+        for j in range(32):
+            a, b, c, d = lo[j], lo[(j + 1) % 32], hi[(j + 1) % 32], hi[j]
+            f += [(a, b, c), (a, c, d)] if j % 2 == 0 else [(a, b, d), (b, c, d)]
+    return v, np.asarray(f, dtype=np.int32)
+
+
+def test_resolution_1_is_the_mesh_of_before():
+    v, f = bag_mesh(1)
+    v0, f0 = _mesh_before_resolutions()
+    assert v.dtype == v0.dtype and f.dtype == f0.dtype
+    assert np.array_equal(v, v0) and np.array_equal(f, f0), "bit for bit"
+    assert np.array_equal(bag_mesh()[0], v)
+
+
+@pytest.mark.parametrize("k, n_vertices", [(1, 481), (2, 1921), (4, 7681)])
+def test_bag_mesh_at_every_resolution(k, n_vertices):
+    v, f = bag_mesh(k)
+    rings, columns, neck, hem = bag_grid(k)
+    assert (rings, columns, neck, hem) == (15 * k, 32 * k, 11 * k, 15 * k)
+    assert v.shape == (n_vertices, 3) and f.shape == (32 * k * (30 * k - 1), 3) and film_resolution(n_vertices) == k
+    assert np.all(v[0] == 0.0), "vertex 0 is the centre"
+    for r in (1, 2, neck, rings):                    # ring r holds vertices 1 + C(r − 1) … C·r
+        assert ring_vertices(r, k).tolist() == list(range(1 + columns * (r - 1), columns * r + 1))
+    rep = mesh_report(v, f)
+    assert rep["nonmanifold_edges"] == 0 and rep["duplicated_directed_edges"] == 0, "manifold, consistently oriented"
+    assert rep["boundary_edges"] == columns and rep["euler_characteristic"] == 1 and rep["min_area"] > 0
+    e = np.sort(np.concatenate([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]]), axis=1)
+    u, c = np.unique(e, axis=0, return_counts=True)
+    assert set(u[c == 1].ravel()) == set(ring_vertices(hem, k).tolist()), "the hem, the last ring, is the boundary"
+    n, c = np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]]), v[f].mean(1)
+    bottom = (v[f][:, :, 2] == 0).all(1)
+    assert np.all(n[bottom, 2] < 0) and np.all(np.einsum("ij,ij->i", n[~bottom, :2], c[~bottom, :2]) > 0), "normals point outward"
+    # the neck ring is 30 mm of rest length from the hem along every column
+    along = sum(np.linalg.norm(v[ring_vertices(r + 1, k)] - v[ring_vertices(r, k)], axis=1) for r in range(neck, hem))
+    np.testing.assert_allclose(along, 0.030, rtol=0, atol=1e-15)
+    # the same shape: every k-th ring and column is the resolution-1 vertex
+    v1 = bag_mesh(1)[0]
+    for r in range(1, 16):
+        assert np.array_equal(v[ring_vertices(k * r, k)][::k], v1[ring_vertices(r)])
+    np.testing.assert_allclose(rep["total_area"], mesh_report(*bag_mesh(1))["total_area"], rtol=3e-3)
+
+
+@pytest.mark.parametrize("bad", [0, 3, 8, -1, 2.0, "2", True, None])
+def test_bad_resolution_is_named(bad):
+    with pytest.raises(ValueError, match=f"resolution must be one of 1, 2, 4, got {bad!r}"):
+        check_resolution(bad)
+    with pytest.raises(ValueError, match="resolution"):
+        bag_mesh(bad)
+    with pytest.raises(ValueError, match="1000 vertices is no bag mesh"):
+        film_resolution(1000)
+    with pytest.raises(ValueError, match="ring index must be in 1..30 at resolution 2, got 31"):
+        ring_vertices(31, 2)
+
+
+def test_bag_scene_at_resolution_2_keeps_mass_and_area():
+    b1, i1 = bag_scene_builder()
+    b2, i2 = bag_scene_builder(resolution=2)
+    assert len(i2.film) == 1921 and len(i2.spheres) == 7 and i2.film.start == 0
+    m1, m2 = (np.asarray(b.particle_mass)[np.asarray(i.film)].sum() for b, i in ((b1, i1), (b2, i2)))
+    np.testing.assert_allclose(m2, m1, rtol=3e-3)
 
 
 def test_bag_scene_counts_and_masses(scene):

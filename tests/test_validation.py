@@ -127,7 +127,7 @@ def test_vbd_option_writes_both_trajectories(tmp_path, monkeypatch, capsys):
                            time=np.array([0.0, 0.1]), wall_time=1.0, stopped="completed")
     trajs = dict(ipc=traj(-0.01), vbd=traj(-0.02))
     monkeypatch.setattr(v, "run_validation", lambda full, bag_out=None: [v.Check("x", "y", "z", "", True)])
-    monkeypatch.setattr(v, "compare_vbd", lambda until, ipc=None: (pd.DataFrame([dict(measured="m")]), trajs))
+    monkeypatch.setattr(v, "compare_vbd", lambda until, ipc=None, resolution=1: (pd.DataFrame([dict(measured="m")]), trajs))
     out, report = tmp_path / "pair.npz", tmp_path / "r.json"
     assert v.main(["--vbd", "0.1", "--vbd-out", str(out), "--report", str(report)]) == 0
     back = v.load_side_by_side(out)
@@ -172,3 +172,36 @@ def test_outputs_are_checked_before_any_check_runs(argv, flag, tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"newtonipc-validate: {flag} ") and "Traceback" not in r.stderr
     assert "checks:" not in r.stdout, "no check ran"
+
+
+def test_vbd_harness_takes_a_resolution():
+    import numpy as np
+    from newtonipc_nb.bag import DT, tie_pairs
+    from newtonipc_nb.inputs import bag_mesh
+    from newtonipc_nb.validation import VBD_DT, compare_vbd, run_vbd_bag, side_by_side_measures, vbd_bag_scene
+    sc = vbd_bag_scene("cpu", resolution=2)
+    assert len(sc.film) == 1921 and sc.faces.shape == (3776, 3) and np.array_equal(sc.tie_pairs, tie_pairs(2))
+    rec = run_vbd_bag(8 * VBD_DT, device="cpu", resolution=2)
+    assert rec["stopped"] == "completed" and rec["film"].shape[1:] == (1921, 3) and rec["resolution"] == 2
+    v = bag_mesh(2)[0].astype(np.float32)
+    rest = dict(film=np.stack([v] * 3), spheres=np.zeros((3, 7, 3), np.float32), faces=bag_mesh(2)[1], time=np.arange(3) * DT,
+                wall_time=1.0, stopped="completed")
+    with pytest.raises(ValueError, match="the ipc run's film has 1921 vertices, the mesh at resolution 1 has 481"):
+        compare_vbd(2 * DT, ipc=rest, vbd=rec)
+    table, _ = compare_vbd(2 * DT, ipc=rest, vbd=rec, resolution=2)
+    assert side_by_side_measures(dict(rest, time=np.array([0.0, 3.0, 6.05])))["columns pointing up at 6.05 s (the unfold check)"] == "64 / 64"
+
+
+def test_vbd_resolution_flag_checks_the_saved_ipc_run_before_any_check(tmp_path):
+    import numpy as np
+    from pathlib import Path
+    from newtonipc_nb.bag import DT
+    from newtonipc_nb.inputs import bag_mesh
+    v, f = bag_mesh(2)
+    saved = tmp_path / "two.npz"
+    np.savez(saved, film=np.repeat(v[None].astype(np.float32), 3, 0), spheres=np.zeros((3, 7, 3), np.float32), faces=f, time=np.arange(3) * DT)
+    exe = Path(sys.executable).with_name("newtonipc-validate")
+    r = subprocess.run([str(exe), "--vbd", "0.01", "--vbd-ipc", str(saved), "--vbd-out", str(tmp_path / "v.npz")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "give --vbd-resolution 2 to use it" in r.stderr and "checks:" not in r.stdout, r.stderr[-2000:]
+    r = subprocess.run([str(exe), "--vbd", "0.01", "--vbd-resolution", "3"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "'3' is not a mesh resolution" in r.stderr
