@@ -5,23 +5,19 @@
 # %% ../nbs/00_inputs.ipynb #4e9649b8
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import warp as wp
 
+from .compat import moved
 from .terms import ElementEnergyTerm, EnergyTerm, HessianBlocks, sum_into   # re-exported: they lived here
 
 # %% auto #0
-__all__ = ['BAG_FILM', 'N_RINGS', 'N_COLUMNS', 'NECK_RING', 'HEM_RING', 'BOTTOM_RINGS', 'BOTTOM_RADIUS', 'SHOULDER', 'NECK',
-           'FLAP_EDGE', 'FLAP_FLARE', 'BIN_RADIUS', 'BIN_HEIGHT', 'RESOLUTIONS', 'mat32d', 'SPHERE_RADII',
-           'SPHERE_DENSITY', 'SPHERE_COLUMN_BOTTOM', 'SPHERE_COLUMN_GAP', 'SPHERE_DROP_XY', 'membrane_lame',
-           'bending_stiffness', 'hinge_edge_ke', 'hinge_k_theta', 'areal_density', 'Film', 'check_resolution',
-           'bag_grid', 'film_resolution', 'ring_vertices', 'bag_mesh', 'mesh_report', 'grid_faces', 'dihedral_angle',
-           'ModelError', 'IPCModel', 'newton_particle_active', 'bin_mesh', 'floor_mesh', 'add_mesh',
-           'set_hinge_stiffness', 'SceneIndex', 'sphere_column', 'bag_scene_builder', 'warm_kernels']
+__all__ = ['BAG_FILM', 'mat32d', 'membrane_lame', 'bending_stiffness', 'hinge_edge_ke', 'hinge_k_theta', 'areal_density', 'Film',
+           'mesh_report', 'grid_faces', 'dihedral_angle', 'ModelError', 'IPCModel', 'newton_particle_active',
+           'add_mesh', 'set_hinge_stiffness', 'warm_kernels']
 
 # %% ../nbs/00_inputs.ipynb #5920d1af
 def membrane_lame(E: float, nu: float, h: float) -> tuple[float, float]:
@@ -75,84 +71,6 @@ class Film:
         return pd.DataFrame(rows, columns=["quantity", "value", "unit"])
 
 BAG_FILM = Film(E=315e6, nu=0.45, h=30e-6, rho=925.0)
-
-# %% ../nbs/00_inputs.ipynb #1108482a
-N_RINGS, N_COLUMNS = 15, 32
-NECK_RING, HEM_RING = 11, 15
-BOTTOM_RINGS = 3           # rings 1..3 form the flat bottom disc; ring 3 is the bottom corner
-BOTTOM_RADIUS = 0.054      # m, radius of the bottom corner (ring 3)
-SHOULDER = (0.058, 0.100)  # m, (radius, height) of ring 10, the top of the conical wall
-NECK = (0.0635, 0.110)     # m, (radius, height) of the neck, ring 11
-FLAP_EDGE = 0.0075         # m, each of the four rest edges from the neck to the hem (4 × 7.5 mm = 30 mm)
-FLAP_FLARE = (0.0025, 0.003, 0.004, 0.005)   # m, radius gained along each flap edge (hem radius 78 mm)
-BIN_RADIUS = 0.062         # m, inner radius of the open bin
-BIN_HEIGHT = 0.106         # m
-
-RESOLUTIONS = (1, 2, 4)      # mesh refinements of the bag: k× the rings and k× the columns
-
-def check_resolution(resolution) -> int:
-    "`resolution` as an int if it is one of `RESOLUTIONS`, else a `ValueError` naming it."
-    if isinstance(resolution, bool) or not isinstance(resolution, (int, np.integer)) or int(resolution) not in RESOLUTIONS:
-        raise ValueError(f"bag mesh resolution must be one of {', '.join(map(str, RESOLUTIONS))}, got {resolution!r}")
-    return int(resolution)
-
-def bag_grid(resolution: int = 1) -> tuple[int, int, int, int]:
-    "`(rings, columns, neck ring, hem ring)` of the bag mesh at `resolution` k: 15k rings of 32k columns, neck ring 11k, hem 15k."
-    k = check_resolution(resolution)
-    return N_RINGS * k, N_COLUMNS * k, NECK_RING * k, HEM_RING * k
-
-def film_resolution(n_vertices: int) -> int:
-    "The resolution whose bag mesh has `n_vertices` vertices (1 + 480 k²), else a `ValueError` naming the count."
-    for k in RESOLUTIONS:
-        if n_vertices == 1 + N_RINGS * N_COLUMNS * k * k: return k
-    raise ValueError(f"{n_vertices} vertices is no bag mesh (resolutions {RESOLUTIONS} have {[1 + N_RINGS * N_COLUMNS * k * k for k in RESOLUTIONS]})")
-
-def ring_vertices(k: int, resolution: int = 1) -> np.ndarray:
-    "The int32 vertex indices of ring `k` (1 … 15·resolution) of the bag mesh, column by column."
-    rings, columns, _, _ = bag_grid(resolution)
-    if not 1 <= k <= rings: raise ValueError(f"ring index must be in 1..{rings} at resolution {resolution}, got {k}")
-    return np.arange(1 + columns * (k - 1), 1 + columns * k, dtype=np.int32)
-
-# %% ../nbs/00_inputs.ipynb #11a9c724
-def _ring_profile(resolution: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    "Radius and height of rings 1 … 15k along the bag's profile: the 15 rings of resolution 1, each profile segment cut into k equal parts."
-    k = np.arange(1, N_RINGS + 1)
-    r, z = np.zeros(N_RINGS), np.zeros(N_RINGS)
-    disc, wall, flap = k <= BOTTOM_RINGS, (k >= BOTTOM_RINGS) & (k < NECK_RING), k > NECK_RING
-    r[disc] = BOTTOM_RADIUS * k[disc] / BOTTOM_RINGS
-    s = (k[wall] - BOTTOM_RINGS) / (NECK_RING - 1 - BOTTOM_RINGS)
-    r[wall], z[wall] = BOTTOM_RADIUS + s * (SHOULDER[0] - BOTTOM_RADIUS), s * SHOULDER[1]
-    r[NECK_RING - 1], z[NECK_RING - 1] = NECK
-    dr = np.asarray(FLAP_FLARE)
-    r[flap], z[flap] = NECK[0] + np.cumsum(dr), NECK[1] + np.cumsum(np.sqrt(FLAP_EDGE**2 - dr**2))
-    n = check_resolution(resolution)
-    if n == 1: return r, z
-    p = np.stack([np.r_[0.0, r], np.r_[0.0, z]], 1)                    # the profile polyline from the centre
-    f = np.arange(1, n + 1) / n
-    fine = (p[:-1, None] + f[None, :, None] * (p[1:] - p[:-1])[:, None]).reshape(-1, 2)
-    fine[n - 1::n] = p[1:]                                               # every k-th ring exactly a resolution-1 ring
-    return fine[:, 0], fine[:, 1]
-
-def bag_mesh(resolution: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """The open garbage bag at `resolution` k: `(vertices (1 + 480k², 3) float64, faces (32k(30k − 1), 3) int32)`, normals
-    pointing outward; k = 1 is 481 vertices and 928 faces."""
-    rings, columns, _, _ = bag_grid(resolution)
-    r, z = _ring_profile(resolution)
-    phi = 2.0 * np.pi * np.arange(columns) / columns
-    rings_xyz = np.stack([np.stack([rk * np.cos(phi), rk * np.sin(phi), np.full(columns, zk)], axis=1)
-                          for rk, zk in zip(r, z)])
-    vertices = np.concatenate([np.zeros((1, 3)), rings_xyz.reshape(-1, 3)])
-    faces = []
-    ring1 = ring_vertices(1, resolution)
-    for j in range(columns):     # the centre fan of the bottom, seen from below counter-clockwise
-        faces.append((0, ring1[(j + 1) % columns], ring1[j]))
-    for k in range(1, rings):
-        lo, hi = ring_vertices(k, resolution), ring_vertices(k + 1, resolution)
-        for j in range(columns):
-            j1 = (j + 1) % columns
-            a, b, c, d = lo[j], lo[j1], hi[j1], hi[j]   # quad lo[j] → lo[j+1] → hi[j+1] → hi[j], outward
-            faces += [(a, b, c), (a, c, d)] if j % 2 == 0 else [(a, b, d), (b, c, d)]
-    return vertices, np.asarray(faces, dtype=np.int32)
 
 # %% ../nbs/00_inputs.ipynb #cc52b420
 def mesh_report(vertices: np.ndarray, faces: np.ndarray) -> dict:
@@ -345,29 +263,6 @@ def _hinges(model, xr, n, fixed):
     k_theta = bend[interior, 0].astype(np.float64) * length
     return h.astype(np.int32), theta0, k_theta, e[:, 2:].astype(np.int32).copy()
 
-# %% ../nbs/00_inputs.ipynb #9af557c8
-SPHERE_RADII = (0.026, 0.026, 0.026, 0.012, 0.012, 0.012, 0.025)   # m
-SPHERE_DENSITY = 250.0                                              # kg/m³
-
-def bin_mesh(radius: float = BIN_RADIUS, height: float = BIN_HEIGHT, segments: int = 32, center=(0.0, 0.0)) -> tuple[np.ndarray, np.ndarray]:
-    "An open cylindrical bin (bottom disc + wall, no lid): `(vertices, faces)` with normals pointing into the bin."
-    phi = 2.0 * np.pi * (np.arange(segments) + 0.5) / segments
-    ring = np.stack([radius * np.cos(phi) + center[0], radius * np.sin(phi) + center[1], np.zeros(segments)], 1)
-    top = ring + [0.0, 0.0, height]
-    v = np.concatenate([[[center[0], center[1], 0.0]], ring, top])
-    f = []
-    for j in range(segments):
-        j1 = (j + 1) % segments
-        f.append((0, 1 + j, 1 + j1))                                  # bottom, normal +z (into the bin)
-        a, b, c, d = 1 + j, 1 + j1, 1 + segments + j1, 1 + segments + j
-        f += [(a, c, b), (a, d, c)]                                    # wall, normal pointing inward
-    return v, np.asarray(f, dtype=np.int32)
-
-def floor_mesh(half: float = 0.30, z: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    "A square floor of half-width `half` at height `z`, two triangles with normal +z."
-    v = np.array([[-half, -half, z], [half, -half, z], [half, half, z], [-half, half, z]])
-    return v, np.array([[0, 1, 2], [0, 2, 3]], dtype=np.int32)
-
 # %% ../nbs/00_inputs.ipynb #d2e76b7b
 def add_mesh(builder, vertices, faces, *, density: float, mu: float = 0.0, lam: float = 0.0, edge_ke=0.0):
     """Add a triangle mesh to a `newton.ModelBuilder` at its given coordinates; returns its first particle index.
@@ -401,43 +296,6 @@ def set_hinge_stiffness(builder, first_edge: int, D: float) -> np.ndarray:
         ke.append(k)
     return np.asarray(ke)
 
-# %% ../nbs/00_inputs.ipynb #36d7c5cc
-@dataclass(frozen=True)
-class SceneIndex:
-    "Particle index ranges of a bag scene's pieces."
-    film: range
-    bin: range
-    floor: range
-    spheres: range
-
-SPHERE_COLUMN_BOTTOM = 0.175   # m, centre height of the lowest waiting sphere (hem top at 0.138 m)
-SPHERE_COLUMN_GAP = 0.005      # m, vertical gap between consecutive waiting spheres
-SPHERE_DROP_XY = ((-0.027, 0.0), (0.027, 0.0), (0.0, 0.022), (0.0, -0.030), (-0.029, 0.029), (0.029, 0.029), (0.0, 0.0))   # m
-
-def sphere_column(radii=SPHERE_RADII, drop_xy=SPHERE_DROP_XY, bottom: float = SPHERE_COLUMN_BOTTOM, gap: float = SPHERE_COLUMN_GAP) -> np.ndarray:
-    "Centres (n, 3) of the spheres waiting above the bin, each over its own drop point, stacked so that no two overlap."
-    z = [bottom]
-    for r0, r1 in zip(radii[:-1], radii[1:]): z.append(z[-1] + r0 + r1 + gap)
-    return np.concatenate([np.asarray(drop_xy, dtype=np.float64), np.asarray(z)[:, None]], axis=1)
-
-def bag_scene_builder(film: Film = BAG_FILM, bag_offset=(0.0, 0.0, 0.002), resolution: int = 1):
-    "A `newton.ModelBuilder` holding the bag film (mesh at `resolution`), a fixed bin and floor, and the 7 spheres; returns `(builder, SceneIndex)`."
-    import newton
-    b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
-    V, F = bag_mesh(resolution)
-    first_edge = len(b.edge_indices)
-    f0 = add_mesh(b, V + np.asarray(bag_offset), F, density=film.areal_density, mu=film.mu, lam=film.lam)
-    set_hinge_stiffness(b, first_edge, film.D)
-    film_r = range(f0, b.particle_count)
-    bv, bf = bin_mesh()
-    b0 = add_mesh(b, bv, bf, density=0.0); bin_r = range(b0, b.particle_count)
-    fv, ff = floor_mesh(z=-0.0005)
-    fl0 = add_mesh(b, fv, ff, density=0.0); floor_r = range(fl0, b.particle_count)
-    s0 = b.particle_count
-    for p, r in zip(sphere_column(), SPHERE_RADII):
-        b.add_particle(wp.vec3(*p), wp.vec3(0.0, 0.0, 0.0), mass=SPHERE_DENSITY * 4.0 / 3.0 * math.pi * r**3, radius=r)
-    return b, SceneIndex(film_r, bin_r, floor_r, range(s0, b.particle_count))
-
 # %% ../nbs/00_inputs.ipynb #658b33bd
 def warm_kernels(device=None) -> list[str]:
     "Import every module of `newtonipc_nb` and compile all Warp kernels for `device`; returns the module names."
@@ -450,3 +308,6 @@ def warm_kernels(device=None) -> list[str]:
         if any(isinstance(v, wp.Kernel) for v in vars(mod).values()):
             wp.load_module(mod, device=device); loaded.append(name.removeprefix("newtonipc_nb."))
     return loaded
+
+# %% ../nbs/00_inputs.ipynb #4d66b18f
+__getattr__, __dir__ = moved(__name__, {"newtonipc_nb.scenes.bag_scene": "N_RINGS N_COLUMNS NECK_RING HEM_RING BOTTOM_RINGS BOTTOM_RADIUS SHOULDER NECK FLAP_EDGE FLAP_FLARE BIN_RADIUS BIN_HEIGHT RESOLUTIONS SPHERE_RADII SPHERE_DENSITY SPHERE_COLUMN_BOTTOM SPHERE_COLUMN_GAP SPHERE_DROP_XY check_resolution bag_grid film_resolution ring_vertices bag_mesh bin_mesh floor_mesh SceneIndex sphere_column bag_scene_builder"})

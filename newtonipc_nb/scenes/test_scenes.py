@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import newton
 import numpy as np
-import warp as wp
 
 from ..candidates import ContactSet
 from ..distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT
