@@ -14,7 +14,7 @@ from .candidates import EPS32, CandidateSearch, ContactSet, contact_keys   # EPS
 from .checks import vec3d_array
 from .compat import moved
 from .distances import (KIND_EE, KIND_NAMES, KIND_SF, KIND_SS, KIND_VT, candidate_weights, weighted_sum,
-                                    point_triangle_weights, edge_edge_weights, vertex_face_distance, edge_edge_distance)
+                                    point_triangle_weights, edge_edge_weights, vertex_face_distance, edge_edge_distance)   # re-exported: they lived here
 from .terms import EnergyTerm, HessianBlocks
 
 # %% auto #0

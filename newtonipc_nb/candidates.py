@@ -11,7 +11,7 @@ import numpy as np
 import warp as wp
 
 from .checks import vec3d_array
-from .distances import KIND_EE, KIND_NAMES, KIND_SF, KIND_SS, KIND_VT
+from .distances import KIND_EE, KIND_NAMES, KIND_SS
 from .inputs import IPCModel
 
 # %% auto #0

@@ -5,14 +5,12 @@
 # %% ../nbs/02_membrane_bending.ipynb #c4566c53
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import warp as wp
 
 from .checks import choice, float_array, per_element
 from .compat import moved
-from .inputs import BAG_FILM, IPCModel, mat32d
+from .inputs import IPCModel, mat32d
 from .supports import TIE_STIFFNESS, SupportTerm, TieTerm   # re-exported: they lived here
 from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays, term_derivatives   # term_derivatives: re-exported
 
@@ -49,7 +47,6 @@ def _deformation(x0: wp.vec3d, x1: wp.vec3d, x2: wp.vec3d, B: mat32d) -> mat32d:
 @wp.func
 def _membrane_psi_stress(C: wp.mat22d, mu: wp.float64, lam: wp.float64, model: wp.int32):
     "Energy density Ψ, second Piola–Kirchhoff stress S and validity (0/1) of the membrane for the right Cauchy–Green tensor C."
-    one = wp.float64(1.0)
     half = wp.float64(0.5)
     I = wp.identity(n=2, dtype=wp.float64)
     psi = wp.float64(0.0)

@@ -5,9 +5,6 @@
 # %% ../nbs/08_friction.ipynb #905f9ae3
 from __future__ import annotations
 
-import math
-import time
-
 import numpy as np
 import warp as wp
 

@@ -161,7 +161,7 @@ class IPCModel:
 
     def summary(self) -> pd.DataFrame:
         "Counts and masses by kind of particle."
-        m, fx, rad = self.mass.numpy(), self.fixed.numpy().astype(bool), self.radius.numpy()
+        m, fx = self.mass.numpy(), self.fixed.numpy().astype(bool)
         film, sph = self.film_particles, self.sphere.numpy()
         rows = [("film particles", len(film), m[film].sum()), ("sphere centres", len(sph), m[sph].sum()),
                 ("fixed particles", int(fx.sum()), m[fx].sum()), ("all particles", self.particle_count, m.sum()),

@@ -5,7 +5,6 @@
 # %% ../nbs/07_intersections.ipynb #3fbdc825
 from __future__ import annotations
 
-import time
 from fractions import Fraction
 
 import numpy as np

@@ -27,7 +27,7 @@ from .distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT
 from .ccd import DeviceStepBound, fp32_gap_check
 from .intersections import count_intersections
 from .friction import FrictionTerm
-from .linear import LinearSolveError, LinearSolver, NewtonSystem, make_linear_solver, solve_linear
+from .linear import LinearSolveError, NewtonSystem, make_linear_solver
 
 # %% auto #0
 __all__ = ['TIME_KEYS', 'SolverError', 'StepFailure', 'StepStats', 'IterationInfo', 'SolverIPC']

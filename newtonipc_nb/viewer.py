@@ -10,11 +10,12 @@ import numpy as np
 import pythreejs as p3
 
 # %% auto #0
-__all__ = ['VIEW_DIRECTION', 'FOV', 'look_at_quaternion', 'framing_distance', 'mesh_view', 'kept_frames', 'morph_weight_tracks',
-           'trajectory_view', 'grid_mesh', 'waving_sheet', 'close_widgets']
+__all__ = ['VIEW_DIRECTION', 'FOV', 'mesh_objects', 'sphere_object', 'look_at_quaternion', 'framing_distance', 'framed_renderer',
+           'mesh_view', 'kept_frames', 'morph_weight_tracks', 'trajectory_view', 'grid_mesh', 'waving_sheet',
+           'close_widgets']
 
 # %% ../nbs/00a_viewer.ipynb #05f09a9c
-def _mesh_object(vertices, faces, color, opacity=1.0, wireframe=True, morph=None, name=""):
+def mesh_objects(vertices, faces, color, opacity=1.0, wireframe=True, morph=None, name=""):
     "The film (or an obstacle) as a shaded mesh and, optionally, a faint wireframe over it; `morph` adds one morph target per frame."
     geom = p3.BufferGeometry(attributes={
         "position": p3.BufferAttribute(np.asarray(vertices, dtype=np.float32), normalized=False),
@@ -37,7 +38,7 @@ def _points_object(points, color, pixels: float = 9.0):
     geom = p3.BufferGeometry(attributes={"position": p3.BufferAttribute(np.asarray(points, dtype=np.float32), normalized=False)})
     return p3.Points(geometry=geom, material=p3.PointsMaterial(color=color, size=pixels, sizeAttenuation=False))
 
-def _sphere_object(center, r, name=""):
+def sphere_object(center, r, name=""):
     return p3.Mesh(geometry=p3.SphereGeometry(radius=float(r), widthSegments=24, heightSegments=16), name=name,
                    material=p3.MeshStandardMaterial(color="#fd8d3c", roughness=0.6), position=tuple(float(v) for v in center))
 
@@ -64,7 +65,7 @@ def framing_distance(lo, hi, aspect: float, direction=VIEW_DIRECTION, fov: float
     need = corners @ z + np.maximum(np.abs(corners @ x) / th, np.abs(corners @ y) / tv)
     return margin * max(float(need.max()), 1e-9)
 
-def _framed_renderer(children, pts, width, height):
+def framed_renderer(children, pts, width, height):
     "Scene, lights and an orbiting camera that frames the bounding box of the points `pts` (it fills the canvas)."
     allp = np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1, 3) for p in pts])
     lo, hi = allp.min(0), allp.max(0); center = 0.5 * (lo + hi); span = max(float(np.max(hi - lo)), 1e-9)
@@ -85,16 +86,16 @@ def mesh_view(vertices, faces, *, highlight: dict | None = None, spheres=None, r
               color="#9ecae1", width=640, height=480):
     "A pythreejs `Renderer` of a film mesh; `highlight` maps a name to `(vertex indices, color)`; `obstacles` is a list of `(vertices, faces)`."
     vertices = np.asarray(vertices, dtype=np.float64)
-    children = _mesh_object(vertices, faces, color)
+    children = mesh_objects(vertices, faces, color)
     pts = [vertices]
     for ov, of in obstacles:
-        children += _mesh_object(ov, of, "#bbbbbb", opacity=0.35, wireframe=False); pts.append(np.asarray(ov))
+        children += mesh_objects(ov, of, "#bbbbbb", opacity=0.35, wireframe=False); pts.append(np.asarray(ov))
     for idx, c in (highlight or {}).values():
         children.append(_points_object(vertices[np.asarray(idx)], c))
     if spheres is not None:
         for c, r in zip(np.asarray(spheres), np.asarray(radii)):
-            children.append(_sphere_object(c, r)); pts.append(np.asarray(c)[None] + [[r, r, r], [-r, -r, -r]])
-    return _framed_renderer(children, pts, width, height)
+            children.append(sphere_object(c, r)); pts.append(np.asarray(c)[None] + [[r, r, r], [-r, -r, -r]])
+    return framed_renderer(children, pts, width, height)
 
 # %% ../nbs/00a_viewer.ipynb #19b2406f
 def _check_trajectory(frames, faces, spheres, radii, fps, max_frames):
@@ -147,16 +148,16 @@ def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), fp
     start = nearest(frame)
     # The base positions are the shown frame too: three.js draws x_base + Σ w_k (x_k − x_base), so the film shows frame
     # `start` on load whether or not the browser has applied the saved weights yet, like the spheres.
-    film = _mesh_object(frames[keep[start]], faces, color, morph=frames[keep], name="film")
+    film = mesh_objects(frames[keep[start]], faces, color, morph=frames[keep], name="film")
     onehot = lambda k: [1.0 if j == k else 0.0 for j in range(K)]
     for m in film: m.morphTargetInfluences = onehot(start)
     children, pts = list(film), [frames.reshape(-1, 3)]
     for ov, of in obstacles:
-        children += _mesh_object(ov, of, "#bbbbbb", opacity=0.35, wireframe=False); pts.append(np.asarray(ov))
+        children += mesh_objects(ov, of, "#bbbbbb", opacity=0.35, wireframe=False); pts.append(np.asarray(ov))
     balls = []
     if spheres is not None:
         for s, r in enumerate(radii):
-            balls.append(_sphere_object(spheres[keep[start], s], r, name=f"sphere{s}"))
+            balls.append(sphere_object(spheres[keep[start], s], r, name=f"sphere{s}"))
             pts += [spheres[:, s] + r, spheres[:, s] - r]
     children += balls
     tracks = []
@@ -167,7 +168,7 @@ def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), fp
     for s, ball in enumerate(balls):
         tracks.append(p3.VectorKeyframeTrack(name=f"{ball.name}.position", times=times.astype(np.float32),
                                              values=spheres[keep, s].astype(np.float32).ravel()))
-    renderer = _framed_renderer(children, pts, width, height)
+    renderer = framed_renderer(children, pts, width, height)
     root = renderer.scene
     clip = p3.AnimationClip(name="trajectory", tracks=tracks, duration=float(times[-1]) if K > 1 else 0.0)
     action = p3.AnimationAction(p3.AnimationMixer(root), clip, root, _dom_classes=("trajectory-play",))

@@ -80,6 +80,7 @@ import time
 from pathlib import Path
 
 import newtonipc_nb.bag as bag
+import newtonipc_nb.scenes.bag_cli as bag_cli
 
 BAG = Path(sys.executable).with_name("newtonipc-bag")
 
@@ -251,7 +252,7 @@ def test_disk_full_cleans_up_and_names_the_path(tmp_path, monkeypatch, capsys):
     out = tmp_path / "run.npz"
     fake_run(out, stopped=np.asarray("an older run"))
     before = out.read_bytes()
-    monkeypatch.setattr(bag.np, "savez", full_disk_after(0))
+    monkeypatch.setattr(np, "savez", full_disk_after(0))
     assert main(["--until", str(2 * DT), "--out", str(out), "--device", "cpu", "--save-every", "0"]) == 1
     cap = capsys.readouterr()
     line = one_line(_without_bar(cap.err), 1, f"could not write {out}: No space left on device",
@@ -260,7 +261,7 @@ def test_disk_full_cleans_up_and_names_the_path(tmp_path, monkeypatch, capsys):
     assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["run.npz"]
 
     calls.clear()
-    monkeypatch.setattr(bag.np, "savez", full_disk_after(1))
+    monkeypatch.setattr(np, "savez", full_disk_after(1))
     assert main(["--until", str(3 * DT), "--out", str(out), "--device", "cpu", "--save-every", "0"]) == 1
     cap = capsys.readouterr()
     one_line(_without_bar(cap.err), 1, f"could not write {out}: No space left on device",
@@ -271,7 +272,7 @@ def test_disk_full_cleans_up_and_names_the_path(tmp_path, monkeypatch, capsys):
 
 def test_until_past_the_scene_says_what_happens(monkeypatch, tmp_path, capsys):
     def stop(*a, **k): raise KeyboardInterrupt
-    monkeypatch.setattr(bag, "run_bag", stop)
+    monkeypatch.setattr(bag_cli, "run_bag", stop)
     assert main(["--until", "12", "--out", str(tmp_path / "x.npz"), "--device", "cpu"]) == 130
     cap = capsys.readouterr()
     assert "the scene ends at 10.50 s (every support released at 9.40 s); from there to 12.00 s the bag rests on the floor with no supports" in cap.out

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from newtonipc_nb.validation import checks_table, main, run_validation
+from newtonipc_nb.verification.runner import checks_table, main, run_validation
 
 EXPECTED = ["VT scene, 12 steps: min mid-surface distance (µm)", "EE scene, 12 steps: min mid-surface distance (µm)",
             "VT hinge angle at start (°)", "VT hinge angle after 12 steps (°)",
@@ -38,7 +38,7 @@ def test_linear_relative_residual_rows_pass_and_can_fail(monkeypatch):
     each reference scene: one passing row per solver; a solution off by a relative 1e-6 is caught."""
     import re
     import numpy as np
-    import newtonipc_nb.validation as v
+    import newtonipc_nb.verification.runner as v
     runs = {k: v.reference_run(k) for k in ("vt", "ee")}
     systems, where = v.linear_systems(runs)
     assert set(systems) == {"bag", "VT", "EE"} and all(len(s) >= 2 for s in systems.values())
@@ -61,7 +61,7 @@ def test_linear_relative_residual_rows_pass_and_can_fail(monkeypatch):
 
 
 def test_a_failing_check_fails_the_runner(monkeypatch, capsys):
-    import newtonipc_nb.validation as v
+    import newtonipc_nb.verification.runner as v
     def broken(): raise RuntimeError("boom")
     monkeypatch.setattr(v, "check_fast_crossing", broken)
     monkeypatch.setattr(v, "check_bag_smoke", lambda: v.Check("bag smoke", "x", "y", "", True))
@@ -120,7 +120,7 @@ def test_vbd_side_by_side_runs_both_solvers_for_0_2_s(tmp_path):
 
 def test_vbd_option_writes_both_trajectories(tmp_path, monkeypatch, capsys):
     import numpy as np, pandas as pd
-    import newtonipc_nb.validation as v
+    import newtonipc_nb.verification.runner as v
     from newtonipc_nb.inputs import bag_mesh, sphere_column
     V, F = bag_mesh()
     traj = lambda dz: dict(film=np.stack([V, V + [0, 0, dz]]).astype(np.float32), spheres=np.stack([sphere_column()] * 2), faces=F,

@@ -25,7 +25,8 @@ from .bag_run import BadInput, Terminated, TrajectoryWriteError, load_trajectory
 from .bag_measure import measure
 
 # %% auto #0
-__all__ = ['SCENE_END', 'EXIT_CODES', 'default_device', 'check_writable', 'write_text_atomic', 'parse_args', 'main']
+__all__ = ['SCENE_END', 'EXIT_CODES', 'default_device', 'check_writable', 'write_text_atomic', 'number_type', 'resolution_type',
+           'parse_args', 'main']
 
 # %% ../../nbs/27_bag_scenario.ipynb #3bfffe58
 SCENE_END = 10.5            # s, the length of the bag scene; its choreography's last action is at 9.40 s
@@ -65,7 +66,7 @@ def write_text_atomic(path: Path, text: str):
         with suppress(OSError): tmp.unlink(missing_ok=True)
         raise TrajectoryWriteError(f"could not write {path}: {e.strerror or e}") from e
 
-def _number(kind, low, low_open: bool, what: str):
+def number_type(kind, low, low_open: bool, what: str):
     "An argparse type: a finite `kind` ≥ `low` (> `low` when `low_open`), else an error giving the allowed range."
     def parse(s):
         try: x = kind(s)
@@ -75,7 +76,7 @@ def _number(kind, low, low_open: bool, what: str):
         return x
     return parse
 
-def _resolution(s):
+def resolution_type(s):
     "An argparse type: a bag mesh resolution (1, 2 or 4)."
     try: return check_resolution(int(s))
     except ValueError: raise argparse.ArgumentTypeError(f"{s!r} is not a mesh resolution: give 1, 2 or 4") from None
@@ -88,19 +89,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     epilog = "exit codes:\n" + "\n".join(f"  {c:>3}  {w}" for c, w in EXIT_CODES.items())
     p = _Parser(prog="newtonipc-bag", description="Run the garbage-bag scene with the IPC solver.", epilog=epilog,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--until", type=_number(float, DT, False, "a finite time in seconds"), default=SCENE_END, metavar="SECONDS",
+    p.add_argument("--until", type=number_type(float, DT, False, "a finite time in seconds"), default=SCENE_END, metavar="SECONDS",
                    help=f"simulated time to stop at, ≥ 1/240 s (one step); default {SCENE_END}, the end of the scene — past it the bag rests with no supports")
     p.add_argument("--out", default="bag_trajectory.npz", metavar="PATH.npz",
                    help="trajectory file to write (default bag_trajectory.npz); the measurement table goes beside it as PATH.json")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="Warp device (default: cuda when present, else cpu)")
-    p.add_argument("--resolution", type=_resolution, default=1, metavar="K",
+    p.add_argument("--resolution", type=resolution_type, default=1, metavar="K",
                    help="bag mesh resolution: K× the rings and K× the columns, K in 1, 2, 4 (481, 1,921, 7,681 vertices; default 1)")
-    p.add_argument("--every", type=_number(int, 1, False, "a whole number"), default=1, metavar="N",
+    p.add_argument("--every", type=number_type(int, 1, False, "a whole number"), default=1, metavar="N",
                    help="store every N-th step, N ≥ 1 (default 1; only runs stored with 1 can be resumed)")
     p.add_argument("--resume", default=None, metavar="PATH.npz", help="continue a saved run (stored with --every 1) instead of starting at t = 0")
-    p.add_argument("--resume-at", type=_number(float, 0.0, True, "a finite time in seconds"), default=None, metavar="SECONDS",
+    p.add_argument("--resume-at", type=number_type(float, 0.0, True, "a finite time in seconds"), default=None, metavar="SECONDS",
                    help="with --resume: the saved run's frame to continue from, > 0 (default its last)")
-    p.add_argument("--save-every", type=_number(float, 0.0, False, "a finite time in seconds"), default=5.0, metavar="SECONDS",
+    p.add_argument("--save-every", type=number_type(float, 0.0, False, "a finite time in seconds"), default=5.0, metavar="SECONDS",
                    help="write the trajectory at least this often, in seconds of wall time (default 5; 0: after every step)")
     p.add_argument("--debug", action="store_true", help="print the traceback of an error")
     args = p.parse_args(argv)
@@ -175,7 +176,7 @@ def _run(args, out: Path, say) -> int:
     n, t_last, stopped = saved[-1] if saved else (0, 0.0, "")
     if isinstance(error, TrajectoryWriteError):
         say(f"{error}; " + (f"{out} holds this run's last good write: {n} frames, up to t = {t_last:.4f} s" if saved else
-                            f"this run wrote nothing there (a file already there is from before)"))
+                            "this run wrote nothing there (a file already there is from before)"))
     elif error is not None:
         say(f"the run stopped with an error: {type(error).__name__}: {error}")
     if error is not None and args.debug: traceback.print_exception(error)

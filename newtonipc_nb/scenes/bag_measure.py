@@ -12,6 +12,7 @@ from ..intersections import count_intersections
 from .bag_scene import SPHERE_RADII, bag_grid, film_resolution, ring_vertices
 from .choreography import TIMELINE, phase_at, phase_rows
 from .bag_run import Trajectory, trajectory_resolution
+from ..distances import edge_edge_distance, vertex_face_distance
 
 # %% auto #0
 __all__ = ['neck_width', 'flap_height', 'winding_number', 'inside_bag', 'film_gaps', 'sphere_film_gaps', 'measure', 'phase_table']
@@ -66,7 +67,6 @@ def film_gaps(film: np.ndarray, faces: np.ndarray, device=None) -> float:
     """Smallest film–film distance (m) between non-adjacent vertex–triangle and edge–edge pairs of one frame.
     Exact without testing every pair: only pairs whose bounding balls come within a cutoff are measured, and the cutoff
     grows (×4 from 1 mm) until the smallest distance found is within it — no pair left out can then be closer."""
-    from newtonipc_nb.barrier import vertex_face_distance, edge_edge_distance
     x = np.asarray(film, np.float64)
     e = np.unique(np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1), axis=0)
     fc = x[faces].mean(1); fr = np.linalg.norm(x[faces] - fc[:, None], axis=2).max(1)
@@ -85,7 +85,6 @@ def film_gaps(film: np.ndarray, faces: np.ndarray, device=None) -> float:
 
 def sphere_film_gaps(spheres: np.ndarray, film: np.ndarray, faces: np.ndarray, radii=SPHERE_RADII, device=None) -> np.ndarray:
     "Per sphere, the smallest distance (m) from its surface to the film (centre-to-triangle distance − R)."
-    from newtonipc_nb.barrier import vertex_face_distance
     s = np.asarray(spheres, np.float64); x = np.asarray(film, np.float64)
     q = np.concatenate([np.repeat(s, len(faces), 0)[:, None], np.tile(x[faces], (len(s), 1, 1))], axis=1)
     d, _ = vertex_face_distance(q, device=device)

@@ -6,11 +6,10 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import warp as wp
 
 from ..candidates import CandidateSearch, contact_keys
-from ..distances import KIND_EE, KIND_NAMES, KIND_SF, KIND_SS, KIND_VT, edge_edge_distance, vertex_face_distance
+from ..distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT, edge_edge_distance, vertex_face_distance
 from ..inputs import IPCModel
 
 # %% auto #0

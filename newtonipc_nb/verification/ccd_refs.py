@@ -13,11 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import warp as wp
 
 from ..candidates import ContactSet
-from ..ccd import ACCD_ETA, ACCD_MAX_ITER, candidate_step_bounds, edge_edge_toi, step_bound, vertex_face_toi
-from ..checks import choice
+from ..ccd import ACCD_ETA, ACCD_MAX_ITER, candidate_step_bounds, edge_edge_toi, vertex_face_toi
 from ..distances import KIND_EE, KIND_VT
 
 # %% auto #0

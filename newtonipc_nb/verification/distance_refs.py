@@ -28,7 +28,7 @@ def sample_configurations(kind: int, case: str, n: int, seed: int = 0) -> np.nda
     if case == "random": return x
     if case == "mm-scale": return 0.1 + 2e-3 * x
     if kind == KIND_VT:
-        t0, t1, p = x[:, 1], x[:, 2], x[:, 0]
+        t0, t1 = x[:, 1], x[:, 2]
         if case == "sliver triangle":       # t2 almost on the line t0-t1 (relative offset 1e-9 .. 1e-3)
             lam = rng.uniform(-0.5, 1.5, (n, 1)); eps = 10.0 ** rng.uniform(-9, -3, (n, 1))
             x[:, 3] = t0 + lam * (t1 - t0) + eps * rng.standard_normal((n, 3))

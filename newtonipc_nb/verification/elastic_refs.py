@@ -8,10 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
-import warp as wp
 
-from ..elastic import (HingeTerm, MembraneTerm, SupportTerm, TieTerm, hinge_derivatives, membrane_derivatives,
-                                  term_derivatives, triangle_rest_shape)
+from ..elastic import (SupportTerm, TieTerm, hinge_derivatives, membrane_derivatives, term_derivatives,
+                                  triangle_rest_shape)
 from ..inputs import BAG_FILM
 from ..scenes.test_scenes import random_triangles
 

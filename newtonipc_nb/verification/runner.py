@@ -5,6 +5,7 @@
 # %% ../../nbs/35_validation.ipynb #a4abbc11
 from __future__ import annotations
 
+import sys
 import argparse
 import json
 import math
@@ -26,6 +27,15 @@ from ..scenes.reference import hinge_scene
 from ..solver import SolverError, SolverIPC
 from .distance_refs import film_obstacle_distance
 from .vbd import compare_vbd, save_side_by_side
+from ..ccd import step_bound
+from ..elastic import hinge_angle, hinge_derivatives
+from ..scenes.bag_cli import number_type, resolution_type, check_writable, write_text_atomic
+from ..scenes.bag_measure import measure, neck_width
+from ..scenes.bag_run import BadInput, TrajectoryWriteError, apply_controls, load_trajectory, read_trajectory, run_bag
+from ..scenes.bag_scene import BagScene, DT
+from ..scenes.choreography import Choreographer, TIMELINE
+from ..scenes.test_scenes import through_face_scene
+from .candidate_refs import swept_check
 
 # %% auto #0
 __all__ = ['Check', 'checks_table', 'reference_run', 'check_reference_solves', 'check_rejections', 'check_hinge_fd',
@@ -113,7 +123,6 @@ def check_rejections() -> list[Check]:
 # %% ../../nbs/35_validation.ipynb #c604a537
 def check_hinge_fd(run: dict, step: int = 6, h: float = 1e-7) -> Check:
     "The hinge angle's gradient vs central differences of the angle, and the angle vs the numpy reference."
-    from newtonipc_nb.elastic import hinge_angle, hinge_derivatives
     X = run["x"][step][run["solver"].ipc.hinge.numpy()]          # (1, 4, 3)
     th = hinge_angle(X)[0]
     _, _, g, _ = hinge_derivatives(X, th - 1.0, 1.0)
@@ -186,7 +195,6 @@ def linear_residuals(system: tuple, method: str = "pardiso") -> tuple[float, flo
 
 def bag_contact_systems(device=None, gap_below: float = 0.9, max_steps: int = 72) -> tuple[list, float, float]:
     "The Newton systems of the first bag step (TIMELINE choreography) that starts with a contact gap below `gap_below`·d̂; with that start's min gap (m) and the step's end time (s)."
-    from newtonipc_nb.bag import DT, TIMELINE, BagScene, Choreographer, apply_controls
     sc, ch = BagScene.build(device), Choreographer(TIMELINE)
     dhat = sc.solver.options["dhat"]
     for k in range(max_steps):
@@ -249,7 +257,6 @@ def check_linear_residual(runs: dict | None = None, device=None) -> list[Check]:
 # %% ../../nbs/35_validation.ipynb #dfa6e4ee
 def check_swept(runs: dict, samples: int = 17) -> Check:
     "No brute-force candidate active at any of `samples` instants of any reference step is missing from the swept set."
-    from newtonipc_nb.barrier import swept_check
     tot = dict(candidates=0, active_any_instant=0, missed=0); n = 0
     for run in runs.values():
         s = run["solver"]
@@ -263,7 +270,6 @@ def check_swept(runs: dict, samples: int = 17) -> Check:
 
 def check_fast_crossing() -> list[Check]:
     "Step fraction α of the through-face motion by the reference implementation's normal bound and by additive CCD."
-    from newtonipc_nb.ccd import step_bound, through_face_scene
     x, dx, cs = through_face_scene()
     a_n = float(step_bound(cs, x, dx, method="normal")); a_a = float(step_bound(cs, x, dx))
     return [Check("fast crossing α, reference normal bound", "in (0, 0.5)", f"{a_n:.5f}", "0.44775", bool(0 < a_n < 0.5)),
@@ -285,7 +291,6 @@ def check_gpu_vs_cpu(steps: int = 6) -> list[Check]:
 # %% ../../nbs/35_validation.ipynb #e2beefe1
 def check_bag_smoke(workdir=None) -> Check:
     "Two bag steps: stored shapes (3, 481, 3), (3, 7, 3), (928, 3)."
-    from newtonipc_nb.bag import DT, load_trajectory, run_bag
     with tempfile.TemporaryDirectory(dir=workdir) as d:
         out = Path(d) / "smoke.npz"
         run_bag(2 * DT, out=out, progress=False)
@@ -305,7 +310,6 @@ def oscillation(traj: dict, window: float = 1.10) -> pd.DataFrame:
 
 def check_bag_full(out=None, until: float = 10.5) -> list[Check]:
     "The full bag run and its measurements (hours on a CPU)."
-    from newtonipc_nb.bag import load_trajectory, measure, run_bag, neck_width
     out = Path(out or "validation_bag.npz")
     try:
         run_bag(until, out=out, progress=False)
@@ -360,7 +364,6 @@ def run_validation(full: bool = False, *, bag_out=None) -> list[Check]:
     return checks
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from newtonipc_nb.bag import _number, _resolution
     epilog = ("exit codes:\n    0  every check passed (skipped checks are not failures)\n    1  a check failed, or the report could not be written\n"
               "    2  bad input: an argument, or an output path that cannot be written (checked before any check runs)")
     p = argparse.ArgumentParser(prog="newtonipc-validate", description="Run every verification check and print one table.",
@@ -368,15 +371,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--report", default=None, help="also write the table to this JSON file")
     p.add_argument("--full", action="store_true", help="include the full 10.5 s bag run (hours on a CPU)")
     p.add_argument("--bag-out", default="validation_bag.npz", help="trajectory file of the full bag run (default validation_bag.npz)")
-    p.add_argument("--vbd", type=_number(float, 0.0, False, "a finite time in seconds"), default=0.0, metavar="SECONDS", help="also run the IPC vs Newton VBD side-by-side for SECONDS of scene time")
+    p.add_argument("--vbd", type=number_type(float, 0.0, False, "a finite time in seconds"), default=0.0, metavar="SECONDS", help="also run the IPC vs Newton VBD side-by-side for SECONDS of scene time")
     p.add_argument("--vbd-out", default="validation_vbd.npz", help="with --vbd: both trajectories to this file (default validation_vbd.npz)")
     p.add_argument("--vbd-ipc", default=None, metavar="PATH.npz", help="with --vbd: take the IPC side from this saved newtonipc-bag run (from t = 0) instead of running it")
-    p.add_argument("--vbd-resolution", type=_resolution, default=1, metavar="K", help="with --vbd: the bag mesh resolution of both sides, 1, 2 or 4 (default 1)")
+    p.add_argument("--vbd-resolution", type=resolution_type, default=1, metavar="K", help="with --vbd: the bag mesh resolution of both sides, 1, 2 or 4 (default 1)")
     return p.parse_args(argv)
 
 def _check_outputs(args):
     "Every file `main` will write, checked before the first check runs: `BadInput` naming the path."
-    from newtonipc_nb.bag import check_writable, read_trajectory
     if args.report: check_writable(args.report, "--report")
     if args.full: check_writable(args.bag_out, "--bag-out")
     if args.vbd > 0:
@@ -385,8 +387,6 @@ def _check_outputs(args):
 
 def main(argv=None) -> int:
     "Entry point of `newtonipc-validate`: 0 when every check passes (skipped checks are not failures), 1 otherwise, 2 when an output cannot be written (one line, before any check)."
-    import sys
-    from newtonipc_nb.bag import BadInput, TrajectoryWriteError, write_text_atomic
     args = parse_args(argv)
     try:
         _check_outputs(args)

@@ -5,6 +5,7 @@
 # %% ../../nbs/36_vbd_side_by_side.ipynb #fe6bc5cd
 from __future__ import annotations
 
+import ipywidgets as widgets
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,13 @@ import newton
 import time
 
 from ..inputs import BAG_FILM, add_mesh, set_hinge_stiffness
-from ..scenes.bag_scene import BIN_HEIGHT, BIN_RADIUS, SPHERE_DENSITY, SPHERE_RADII, bag_mesh, sphere_column
+from ..scenes.bag_scene import BIN_HEIGHT, BIN_RADIUS, SPHERE_DENSITY, SPHERE_RADII, sphere_column
+from ..intersections import count_intersections
+from ..scenes.bag_measure import flap_height, neck_width
+from ..scenes.bag_run import load_trajectory, run_bag
+from ..scenes.bag_scene import DRAG, bag_mesh, bin_mesh, check_resolution, film_resolution
+from ..scenes.choreography import Choreographer, TIMELINE, columns_up, tie_pairs
+from ..viewer import framed_renderer, mesh_objects, sphere_object
 
 # %% auto #0
 __all__ = ['VBD_DT', 'VBD_ITERATIONS', 'VBD_CONTACT_RADIUS', 'VBD_CONTACT_MARGIN', 'VBD_FRICTION', 'VBD_SOFT_CONTACT_KE',
@@ -54,7 +61,6 @@ class VBDBag:
 
 def vbd_bag_scene(device=None, *, iterations: int = VBD_ITERATIONS, bag_offset=(0.0, 0.0, 0.002), resolution: int = 1) -> VBDBag:
     "Build the bag scene (film mesh at `resolution`) as the reference implementation's VBD run set it up: same film and spheres, box-panel bin, ground floor."
-    from newtonipc_nb.bag import tie_pairs
     device = str(wp.get_device(device))
     b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
     V, F = bag_mesh(resolution)
@@ -95,7 +101,6 @@ def vbd_bag_scene(device=None, *, iterations: int = VBD_ITERATIONS, bag_offset=(
 # %% ../../nbs/36_vbd_side_by_side.ipynb #78142580
 def vbd_apply_controls(sc: VBDBag, c, dt: float = VBD_DT):
     "One substep's controls: supported film vertices kinematic at their targets, tie springs, sphere gravity cancelled until its drop, drag."
-    from newtonipc_nb.bag import DRAG
     m = sc.model
     flags = sc.film_flags.copy()
     q = sc.state.particle_q.numpy(); qd = sc.state.particle_qd.numpy()
@@ -121,7 +126,6 @@ def vbd_apply_controls(sc: VBDBag, c, dt: float = VBD_DT):
 
 def run_vbd_bag(until: float, *, device=None, record_every: int = 4, timeline=None, progress: bool = False, resolution: int = 1) -> dict:
     "Drive the TIMELINE choreography through SolverVBD to `until` s, the film mesh at `resolution`; frames every `record_every` substeps (1/240 s)."
-    from newtonipc_nb.bag import TIMELINE, Choreographer
     sc = vbd_bag_scene(device, resolution=resolution)
     ch = Choreographer(timeline or TIMELINE, resolution=resolution)
     n = int(round(until / VBD_DT))
@@ -157,8 +161,6 @@ SEED_SIDE_BY_SIDE = {   # the reference implementation's 8.45 s run
 
 def side_by_side_measures(traj: dict, window: float = 1.0) -> dict:
     "The side-by-side measures of one trajectory (film frames every 1/240 s): at its last frame, and over its last `window` s."
-    from newtonipc_nb.bag import neck_width, flap_height
-    from newtonipc_nb.ccd import count_intersections
     film, sph, t = np.asarray(traj["film"], np.float64), np.asarray(traj["spheres"], np.float64), np.asarray(traj["time"])
     hits = np.array([count_intersections(f, traj["faces"]) for f in film])
     nx, ny = neck_width(film[-1])
@@ -170,20 +172,16 @@ def side_by_side_measures(traj: dict, window: float = 1.0) -> dict:
             "columns pointing up at 6.05 s (the unfold check)": _columns_up_at(film, t, 6.05)}
 
 def _columns_up_at(film, t, at: float) -> str:
-    from newtonipc_nb.bag import columns_up
-    from newtonipc_nb.inputs import film_resolution
     k = int(np.argmin(np.abs(t - at)))
     up = columns_up(film[k], film_resolution(film.shape[1]))
     return f"{int(up.sum())} / {len(up)}" if abs(t[k] - at) < 0.005 else "—"
 
 def unchecked_timeline(timeline=None) -> list:
     "The timeline without its `check` rows: VBD is driven through every phase and the check is reported, not enforced."
-    from newtonipc_nb.bag import TIMELINE
     return [r for r in (timeline or TIMELINE) if r[2] != "check"]
 
 def saved_ipc_run(source, until: float) -> dict:
     "A saved bag run from t = 0 (`newtonipc-bag`'s npz, every step stored, or its dict) cut at `until` s; wall time pro rata."
-    from newtonipc_nb.bag import load_trajectory
     d = source if isinstance(source, dict) else load_trajectory(source)
     if str(d.get("resumed", "")): raise ValueError(f"the saved IPC run was resumed ({d['resumed']}); the side-by-side needs a run from t = 0")
     t = np.asarray(d["time"]); keep = t <= until + 1e-9
@@ -193,8 +191,6 @@ def saved_ipc_run(source, until: float) -> dict:
 
 def compare_vbd(until: float = 0.2, *, device=None, ipc=None, vbd=None, resolution: int = 1) -> tuple[pd.DataFrame, dict]:
     "Run the bag choreography, film mesh at `resolution`, to `until` s through SolverIPC and SolverVBD on `device` (or take saved runs at that resolution: `ipc` a bag run from t = 0, path or dict; `vbd` a `run_vbd_bag` result, e.g. `load_side_by_side(…)['vbd']`); the side-by-side table beside the reference implementation's, and both trajectories."
-    from newtonipc_nb.bag import run_bag
-    from newtonipc_nb.inputs import bag_mesh, check_resolution
     n_film = len(bag_mesh(check_resolution(resolution))[0])
     if ipc is None:
         tr = run_bag(until, device=device, progress=False, resolution=resolution)
@@ -235,9 +231,6 @@ def load_side_by_side(path) -> dict:
 
 def side_by_side_view(trajs: dict, *, frame: int = -1, gap: float = 0.05, show_bin: bool = True, width: int = 900, height: int = 420):
     "VBD's and IPC's film and spheres at `frame` (default the last) side by side in one pythreejs scene, VBD left (green), IPC right (blue), with a caption."
-    import ipywidgets as widgets
-    from newtonipc_nb.inputs import bin_mesh
-    from newtonipc_nb.viewer import _framed_renderer, _mesh_object, _sphere_object
     radii = np.asarray(SPHERE_RADII)
     bv, bf = bin_mesh()
     parts = {}
@@ -253,11 +246,11 @@ def side_by_side_view(trajs: dict, *, frame: int = -1, gap: float = 0.05, show_b
     children, pts = [], []
     for name, color, off in (("vbd", VBD_COLOR, np.zeros(3)), ("ipc", IPC_COLOR, shift)):
         p = parts[name]
-        children += _mesh_object(p["film"] + off, p["faces"], color, name=f"{name}_film")
-        if show_bin: children += _mesh_object(bv + off, bf, "#bbbbbb", opacity=0.35, wireframe=False, name=f"{name}_bin")
-        children += [_sphere_object(c + off, r, name=f"{name}_sphere{i}") for i, (c, r) in enumerate(zip(p["spheres"], radii))]
+        children += mesh_objects(p["film"] + off, p["faces"], color, name=f"{name}_film")
+        if show_bin: children += mesh_objects(bv + off, bf, "#bbbbbb", opacity=0.35, wireframe=False, name=f"{name}_bin")
+        children += [sphere_object(c + off, r, name=f"{name}_sphere{i}") for i, (c, r) in enumerate(zip(p["spheres"], radii))]
         pts += [p["lo"] + off, p["hi"] + off]
-    renderer = _framed_renderer(children, pts, width, height)
+    renderer = framed_renderer(children, pts, width, height)
     caption = widgets.HTML(
         f"<b>left</b>: <span style='color:{VBD_COLOR}'>■</span> Newton SolverVBD, t = {parts['vbd']['time']:.4f} s &nbsp;·&nbsp; "
         f"<b>right</b>: <span style='color:{IPC_COLOR}'>■</span> SolverIPC (ours), t = {parts['ipc']['time']:.4f} s, shifted "
