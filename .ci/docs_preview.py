@@ -315,7 +315,7 @@ body.jp-Notebook { padding: 0; margin: 0; }
 .page-description { color: #555; font-size: 1.1em; margin: 4px 0 0 0; }
 .page-footer { margin-top: 32px; padding-top: 8px; border-top: 1px solid #ddd; color: #777; font-size: 12px; font-family: system-ui, sans-serif; }
 .jp-Cell.celltag_showdoc .jp-OutputArea-output { border-left: 3px solid #2780e3; padding-left: 10px; }
-"""
+""" + (Path(__file__).resolve().parents[1] / "nbs" / "styles.css").read_text()
 
 
 def nav_html(pages, current, rel):

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..intersections import count_intersections
 from .bag_scene import SPHERE_RADII, bag_grid, film_resolution, ring_vertices
-from .choreography import TIMELINE, phase_at, phase_rows
+from .choreography import phase_at, phase_rows
 from .bag_run import Trajectory, trajectory_resolution
 from ..distances import edge_edge_distance, vertex_face_distance
 
@@ -121,8 +121,8 @@ def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame
     if str(traj.get("resumed", "")): rows.append(("resumed (not a run from t = 0)", str(traj["resumed"]), ""))
     return pd.DataFrame(rows, columns=["measure", "value", "unit"])
 
-def phase_table(traj: dict, timeline=TIMELINE) -> pd.DataFrame:
-    "Steps, Newton iterations and subdivisions per phase of the choreography (phases from `timeline` and the steps' times)."
+def phase_table(traj: dict, timeline=None) -> pd.DataFrame:
+    "Steps, Newton iterations and subdivisions per phase of the choreography (phases from `timeline`, default `TIMELINE`, and the steps' times)."
     rows = phase_rows(timeline)
     df = pd.DataFrame({"phase": [phase_at(t, rows) for t in traj["step_t"]], "iterations": traj["step_newton_iterations"],
                        "subdivisions": traj["step_subdivisions"]})

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .bag_scene import DT, BagScene, film_resolution
-from .choreography import TIMELINE, Choreographer, Controls
+from .choreography import Choreographer, Controls
 from .bag_scene import SPHERE_RADII, bag_mesh
 
 # %% auto #0
@@ -174,7 +174,7 @@ def apply_controls(scene: BagScene, c: Controls):
     f[scene.spheres[hover]] = -m[hover, None] * scene.solver.ipc.gravity[None, :]
     scene.state.particle_f.assign(f)
 
-def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progress: bool = True, timeline=TIMELINE,
+def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progress: bool = True, timeline=None,
             resume=None, resume_at: float | None = None, save_every: float = 5.0, on_save=None, resolution: int = 1,
             **solver_options) -> Trajectory:
     """Run the bag scene, its mesh at `resolution`, to `until` seconds, from t = 0 or from a saved run (`resume`: path or dict, at `resume_at`, default its last frame); returns the `Trajectory`.

@@ -144,10 +144,10 @@ def columns_up(x: np.ndarray, resolution: int = 1) -> np.ndarray:
 
 PHASE_ACTIONS = ("fold", "drop", "lift", "shift", "goto", "tie")
 
-def phase_rows(timeline=TIMELINE) -> list:
+def phase_rows(timeline=None) -> list:
     "The rows that open a phase: motions, drops, the tie and the final release — the first of those that start together."
     rows, starts = [], set()
-    for r in sorted(timeline, key=lambda r: (r[0], r[1])):
+    for r in sorted(TIMELINE if timeline is None else timeline, key=lambda r: (r[0], r[1])):
         if (r[2] in PHASE_ACTIONS or r[2:4] == ("release", "all")) and r[0] not in starts:
             starts.add(r[0]); rows.append(r)
     return rows
@@ -170,9 +170,9 @@ class Controls:
 
 class Choreographer:
     "Runs `TIMELINE` against a bag scene whose mesh is at `resolution`."
-    def __init__(self, timeline=TIMELINE, n_spheres: int = len(SPHERE_RADII), resolution: int = 1):
+    def __init__(self, timeline=None, n_spheres: int = len(SPHERE_RADII), resolution: int = 1):
         self.resolution = check_resolution(resolution)
-        self.rows = sorted(timeline, key=lambda r: (r[0], r[1]))
+        self.rows = sorted(TIMELINE if timeline is None else timeline, key=lambda r: (r[0], r[1]))   # None: the bag scene's TIMELINE
         self.started = [False] * len(self.rows)
         self.moves = {}                 # row index -> (group, anchor, goal or None)
         self.held = {}                  # group -> targets (n, 3)
