@@ -80,7 +80,7 @@ import time
 from pathlib import Path
 
 import newtonipc_nb.bag as bag
-import newtonipc_nb.scenes.bag_cli as bag_cli
+import newtonipc_nb.scenes.bag_cli as bag_cli_module
 
 BAG = Path(sys.executable).with_name("newtonipc-bag")
 
@@ -272,7 +272,7 @@ def test_disk_full_cleans_up_and_names_the_path(tmp_path, monkeypatch, capsys):
 
 def test_until_past_the_scene_says_what_happens(monkeypatch, tmp_path, capsys):
     def stop(*a, **k): raise KeyboardInterrupt
-    monkeypatch.setattr(bag_cli, "run_bag", stop)
+    monkeypatch.setattr(bag_cli_module, "run_bag", stop)
     assert main(["--until", "12", "--out", str(tmp_path / "x.npz"), "--device", "cpu"]) == 130
     cap = capsys.readouterr()
     assert "the scene ends at 10.50 s (every support released at 9.40 s); from there to 12.00 s the bag rests on the floor with no supports" in cap.out

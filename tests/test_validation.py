@@ -39,6 +39,7 @@ def test_linear_relative_residual_rows_pass_and_can_fail(monkeypatch):
     import re
     import numpy as np
     import newtonipc_nb.verification.runner as v
+    import newtonipc_nb.verification.vbd as vbd
     runs = {k: v.reference_run(k) for k in ("vt", "ee")}
     systems, where = v.linear_systems(runs)
     assert set(systems) == {"bag", "VT", "EE"} and all(len(s) >= 2 for s in systems.values())
@@ -62,6 +63,7 @@ def test_linear_relative_residual_rows_pass_and_can_fail(monkeypatch):
 
 def test_a_failing_check_fails_the_runner(monkeypatch, capsys):
     import newtonipc_nb.verification.runner as v
+    import newtonipc_nb.verification.vbd as vbd
     def broken(): raise RuntimeError("boom")
     monkeypatch.setattr(v, "check_fast_crossing", broken)
     monkeypatch.setattr(v, "check_bag_smoke", lambda: v.Check("bag smoke", "x", "y", "", True))
@@ -72,7 +74,7 @@ def test_a_failing_check_fails_the_runner(monkeypatch, capsys):
 def test_console_script_exists():
     import configparser, pathlib
     cfg = configparser.ConfigParser(); cfg.read(pathlib.Path(__file__).parents[1] / "settings.ini")
-    assert "newtonipc-validate=newtonipc_nb.validation:main" in cfg["DEFAULT"]["console_scripts"].split()
+    assert "newtonipc-validate=newtonipc_nb.verification.runner:main" in cfg["DEFAULT"]["console_scripts"].split()
 
 
 @pytest.mark.slow
@@ -121,6 +123,7 @@ def test_vbd_side_by_side_runs_both_solvers_for_0_2_s(tmp_path):
 def test_vbd_option_writes_both_trajectories(tmp_path, monkeypatch, capsys):
     import numpy as np, pandas as pd
     import newtonipc_nb.verification.runner as v
+    import newtonipc_nb.verification.vbd as vbd
     from newtonipc_nb.inputs import bag_mesh, sphere_column
     V, F = bag_mesh()
     traj = lambda dz: dict(film=np.stack([V, V + [0, 0, dz]]).astype(np.float32), spheres=np.stack([sphere_column()] * 2), faces=F,
@@ -130,7 +133,7 @@ def test_vbd_option_writes_both_trajectories(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(v, "compare_vbd", lambda until, ipc=None, resolution=1: (pd.DataFrame([dict(measured="m")]), trajs))
     out, report = tmp_path / "pair.npz", tmp_path / "r.json"
     assert v.main(["--vbd", "0.1", "--vbd-out", str(out), "--report", str(report)]) == 0
-    back = v.load_side_by_side(out)
+    back = vbd.load_side_by_side(out)
     assert np.array_equal(back["vbd"]["film"], trajs["vbd"]["film"]) and str(back["ipc"]["stopped"]) == "completed"
     assert v.parse_args([]).vbd_out == "validation_vbd.npz"
     assert '"vbd_trajectories"' in report.read_text()

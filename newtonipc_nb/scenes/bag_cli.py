@@ -154,7 +154,7 @@ def main(argv=None) -> int:
         if in_main: signal.signal(signal.SIGTERM, old)
 
 def _run(args, out: Path, say) -> int:
-    wp.config.quiet = True
+    wp.config.log_level = wp.LOG_WARNING
     device = args.device or default_device()
     table = out.with_suffix(".json")
     print(f"newtonipc-bag: {args.until:.2f} s of the bag scene (mesh resolution {args.resolution}) on {device}, every {args.every} step(s) stored in {out}", flush=True)

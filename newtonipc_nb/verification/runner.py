@@ -394,7 +394,7 @@ def main(argv=None) -> int:
     except BadInput as e:
         print(f"newtonipc-validate: {e}", file=sys.stderr)
         return 2
-    wp.config.quiet = True
+    wp.config.log_level = wp.LOG_WARNING
     checks = run_validation(args.full, bag_out=args.bag_out)
     table = checks_table(checks)
     with pd.option_context("display.max_colwidth", 80, "display.width", 250):
