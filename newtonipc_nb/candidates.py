@@ -96,23 +96,17 @@ def _particle_boxes(xs: wp.array(dtype=wp.vec3d), xe: wp.array(dtype=wp.vec3d), 
     hi[i] = wp.max(a, b) + s
 
 @wp.kernel
-def _tri_boxes(tri: wp.array(dtype=wp.int32, ndim=2), lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d),
-               lowers: wp.array(dtype=wp.vec3), uppers: wp.array(dtype=wp.vec3)):
+def _primitive_boxes(prim: wp.array(dtype=wp.int32, ndim=2), lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d),
+                     lowers: wp.array(dtype=wp.vec3), uppers: wp.array(dtype=wp.vec3)):
+    "The FP32 box of primitive t (a triangle or an edge: the columns of `prim`) around its particles' FP64 boxes."
     t = wp.tid()
-    a = tri[t, 0]
-    b = tri[t, 1]
-    c = tri[t, 2]
-    lowers[t] = _lo32(wp.min(wp.min(lo[a], lo[b]), lo[c]))
-    uppers[t] = _hi32(wp.max(wp.max(hi[a], hi[b]), hi[c]))
-
-@wp.kernel
-def _edge_boxes(edge: wp.array(dtype=wp.int32, ndim=2), lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d),
-                lowers: wp.array(dtype=wp.vec3), uppers: wp.array(dtype=wp.vec3)):
-    e = wp.tid()
-    a = edge[e, 0]
-    b = edge[e, 1]
-    lowers[e] = _lo32(wp.min(lo[a], lo[b]))
-    uppers[e] = _hi32(wp.max(hi[a], hi[b]))
+    l = lo[prim[t, 0]]
+    h = hi[prim[t, 0]]
+    for j in range(1, prim.shape[1]):
+        l = wp.min(l, lo[prim[t, j]])
+        h = wp.max(h, hi[prim[t, j]])
+    lowers[t] = _lo32(l)
+    uppers[t] = _hi32(h)
 
 # %% ../nbs/04_candidates.ipynb #b7161682
 @wp.func
@@ -262,11 +256,11 @@ class CandidateSearch:
             raise ValueError(f"CandidateSearch: particle {bad - 1} has a non-finite start or end position")
         T, E = self.tri.shape[0], self.edge.shape[0]
         if T:
-            wp.launch(_tri_boxes, dim=T, inputs=[self.tri, self.lo, self.hi], outputs=[self._tri_lo, self._tri_hi], device=d)
+            wp.launch(_primitive_boxes, dim=T, inputs=[self.tri, self.lo, self.hi], outputs=[self._tri_lo, self._tri_hi], device=d)
             if self._tri_bvh is None: self._tri_bvh = wp.Bvh(self._tri_lo, self._tri_hi)
             else: self._tri_bvh.rebuild()
         if E:
-            wp.launch(_edge_boxes, dim=E, inputs=[self.edge, self.lo, self.hi], outputs=[self._edge_lo, self._edge_hi], device=d)
+            wp.launch(_primitive_boxes, dim=E, inputs=[self.edge, self.lo, self.hi], outputs=[self._edge_lo, self._edge_hi], device=d)
             if self._edge_bvh is None: self._edge_bvh = wp.Bvh(self._edge_lo, self._edge_hi)
             else: self._edge_bvh.rebuild()
         while True:

@@ -84,40 +84,38 @@ def point_triangle_weights(p: wp.vec3d, t0: wp.vec3d, t1: wp.vec3d, t2: wp.vec3d
 
 # %% ../nbs/03_distances.ipynb #3e84c3c5
 @wp.func
+def _point_segment(p: wp.vec3d, a: wp.vec3d, b: wp.vec3d) -> wp.vec2d:
+    "(τ, squared distance) of the point a + τ(b − a) of segment a–b closest to p."
+    tau = _segment_param(p, a, b)
+    q = p - (a + tau * (b - a))
+    return wp.vec2d(tau, wp.dot(q, q))
+
+@wp.func
 def edge_edge_weights(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3d) -> wp.vec4d:
     "Weights (1−s, s, t−1, −t) of the closest points a0 + s(a1−a0), b0 + t(b1−b0) (interior, then the four endpoint–segment cases)."
     one = wp.float64(1.0)
     zero = wp.float64(0.0)
     u = a1 - a0
     v = b1 - b0
-    # endpoint a0 against segment b
+    # each endpoint against the other segment
+    r = _point_segment(a0, b0, b1)
     s = zero
-    t = _segment_param(a0, b0, b1)
-    q = a0 - (b0 + t * v)
-    best = wp.dot(q, q)
-    # endpoint a1
-    tt = _segment_param(a1, b0, b1)
-    q = a1 - (b0 + tt * v)
-    d = wp.dot(q, q)
-    if d < best:
-        best = d
+    t = r[0]
+    best = r[1]
+    r = _point_segment(a1, b0, b1)
+    if r[1] < best:
+        best = r[1]
         s = one
-        t = tt
-    # endpoint b0 against segment a
-    ss = _segment_param(b0, a0, a1)
-    q = (a0 + ss * u) - b0
-    d = wp.dot(q, q)
-    if d < best:
-        best = d
-        s = ss
+        t = r[0]
+    r = _point_segment(b0, a0, a1)
+    if r[1] < best:
+        best = r[1]
+        s = r[0]
         t = zero
-    # endpoint b1
-    ss = _segment_param(b1, a0, a1)
-    q = (a0 + ss * u) - b1
-    d = wp.dot(q, q)
-    if d < best:
-        best = d
-        s = ss
+    r = _point_segment(b1, a0, a1)
+    if r[1] < best:
+        best = r[1]
+        s = r[0]
         t = one
     # interior closest point of the two lines
     w = a0 - b0

@@ -20,6 +20,18 @@ _ORIENT3D_BOUND = wp.constant(wp.float64(2.0e-15))
 _ORIENT2D_BOUND = wp.constant(wp.float64(1.0e-15))
 
 @wp.func
+def _filtered_sign(det: wp.float64, perm: wp.float64, bound: wp.float64) -> wp.int32:
+    "The sign of `det` when it exceeds the rounding bound `bound`·`perm` of its evaluation: −1, 0 (exactly), 1, or 2 (FP64 cannot tell)."
+    s = wp.int32(2)
+    if perm == wp.float64(0.0):
+        s = wp.int32(0)
+    elif det > bound * perm:
+        s = wp.int32(1)
+    elif det < -bound * perm:
+        s = wp.int32(-1)
+    return s
+
+@wp.func
 def _orient3d_sign(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d) -> wp.int32:
     "Filtered sign of det[a−d, b−d, c−d]: −1, 0, 1, or 2 when FP64 cannot tell."
     ad = a - d
@@ -31,14 +43,7 @@ def _orient3d_sign(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d) -> wp.int
     det = ad[0] * m0 + ad[1] * m1 + ad[2] * m2
     perm = (wp.abs(ad[0]) * (wp.abs(bd[1] * cd[2]) + wp.abs(bd[2] * cd[1])) + wp.abs(ad[1]) * (wp.abs(bd[2] * cd[0]) + wp.abs(bd[0] * cd[2]))
             + wp.abs(ad[2]) * (wp.abs(bd[0] * cd[1]) + wp.abs(bd[1] * cd[0])))
-    s = wp.int32(2)
-    if perm == wp.float64(0.0):
-        s = wp.int32(0)
-    elif det > _ORIENT3D_BOUND * perm:
-        s = wp.int32(1)
-    elif det < -_ORIENT3D_BOUND * perm:
-        s = wp.int32(-1)
-    return s
+    return _filtered_sign(det, perm, _ORIENT3D_BOUND)
 
 @wp.func
 def _orient2d_sign(a: wp.vec2d, b: wp.vec2d, c: wp.vec2d) -> wp.int32:
@@ -47,14 +52,7 @@ def _orient2d_sign(a: wp.vec2d, b: wp.vec2d, c: wp.vec2d) -> wp.int32:
     r = (a[1] - c[1]) * (b[0] - c[0])
     det = l - r
     perm = wp.abs(l) + wp.abs(r)
-    s = wp.int32(2)
-    if perm == wp.float64(0.0):
-        s = wp.int32(0)
-    elif det > _ORIENT2D_BOUND * perm:
-        s = wp.int32(1)
-    elif det < -_ORIENT2D_BOUND * perm:
-        s = wp.int32(-1)
-    return s
+    return _filtered_sign(det, perm, _ORIENT2D_BOUND)
 
 # %% ../nbs/07_intersections.ipynb #2958a0a5
 @wp.func

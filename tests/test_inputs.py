@@ -1,6 +1,8 @@
 """IPCModel.from_newton: the bag scene is read right, and every kind of bad model is refused by name."""
 import math
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import warp as wp
@@ -40,29 +42,13 @@ def test_bag_mesh_topology():
     assert set(u[c == 1].ravel()) == set(ring_vertices(15).tolist())
 
 
-def _mesh_before_resolutions():
-    "The bag mesh as it was built before `resolution` existed (rings 1..15, 32 columns), recomputed from that code."
-    k = np.arange(1, N_RINGS + 1)
-    r, z = np.zeros(N_RINGS), np.zeros(N_RINGS)
-    disc, wall, flap = k <= BOTTOM_RINGS, (k >= BOTTOM_RINGS) & (k < NECK_RING), k > NECK_RING
-    r[disc] = BOTTOM_RADIUS * k[disc] / BOTTOM_RINGS
-    s = (k[wall] - BOTTOM_RINGS) / (NECK_RING - 1 - BOTTOM_RINGS)
-    r[wall], z[wall] = BOTTOM_RADIUS + s * (SHOULDER[0] - BOTTOM_RADIUS), s * SHOULDER[1]
-    r[NECK_RING - 1], z[NECK_RING - 1] = NECK
-    dr = np.asarray(FLAP_FLARE)
-    r[flap], z[flap] = NECK[0] + np.cumsum(dr), NECK[1] + np.cumsum(np.sqrt(FLAP_EDGE**2 - dr**2))
-    phi = 2.0 * np.pi * np.arange(32) / 32
-    rings = np.stack([np.stack([rk * np.cos(phi), rk * np.sin(phi), np.full(32, zk)], axis=1) for rk, zk in zip(r, z)])
-    v = np.concatenate([np.zeros((1, 3)), rings.reshape(-1, 3)])
-    ring = lambda k: np.arange(1 + 32 * (k - 1), 1 + 32 * k)
-    f = [(0, ring(1)[(j + 1) % 32], ring(1)[j]) for j in range(32)]
-    for k in range(1, 15):
-        lo, hi = ring(k), ring(k + 1)
-        for j in range(32):
-            a, b, c, d = lo[j], lo[(j + 1) % 32], hi[(j + 1) % 32], hi[j]
-            f += [(a, b, c), (a, c, d)] if j % 2 == 0 else [(a, b, d), (b, c, d)]
-    return v, np.asarray(f, dtype=np.int32)
+MESH_0_1 = Path(__file__).resolve().parent / "data" / "bag_mesh_0.1.npz"   # bag_mesh() as package 0.1 built it (commit 74d1936)
 
+
+def _mesh_before_resolutions():
+    "The bag mesh as it was built before `resolution` existed, stored from that code."
+    m = np.load(MESH_0_1)
+    return m["vertices"], m["faces"]
 
 def test_resolution_1_is_the_mesh_of_before():
     v, f = bag_mesh(1)
