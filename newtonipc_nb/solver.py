@@ -32,7 +32,7 @@ from .linear import LinearSolveError, NewtonSystem, make_linear_solver
 # %% auto #0
 __all__ = ['TIME_KEYS', 'SolverError', 'StepFailure', 'StepStats', 'IterationInfo', 'SolverIPC']
 
-# %% ../nbs/10_solver.ipynb #4660500a
+# %% ../nbs/10_solver.ipynb #ac896858
 class SolverError(RuntimeError):
     "The step cannot be taken; `state_out` was not written."
 
@@ -41,6 +41,7 @@ class StepFailure(Exception):
 
 TIME_KEYS = ("candidates", "assembly", "factorisation", "solve", "ccd", "line_search")
 
+# %% ../nbs/10_solver.ipynb #b42fc761
 @dataclass
 class StepStats:
     "What one call of `SolverIPC.step` did."

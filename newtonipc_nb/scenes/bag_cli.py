@@ -28,7 +28,7 @@ from .bag_measure import measure
 __all__ = ['SCENE_END', 'EXIT_CODES', 'default_device', 'check_writable', 'write_text_atomic', 'number_type', 'resolution_type',
            'parse_args', 'main']
 
-# %% ../../nbs/27_bag_scenario.ipynb #3bfffe58
+# %% ../../nbs/27_bag_scenario.ipynb #99cb910d
 SCENE_END = 10.5            # s, the length of the bag scene; its choreography's last action is at 9.40 s
 EXIT_CODES = {0: "the run completed; the measurement table is printed and written beside the trajectory",
               1: "the run failed (a solver error, a failed scenario check, a file that could not be written); what was computed is saved",
@@ -66,6 +66,7 @@ def write_text_atomic(path: Path, text: str):
         with suppress(OSError): tmp.unlink(missing_ok=True)
         raise TrajectoryWriteError(f"could not write {path}: {e.strerror or e}") from e
 
+# %% ../../nbs/27_bag_scenario.ipynb #57741193
 def number_type(kind, low, low_open: bool, what: str):
     "An argparse type: a finite `kind` ≥ `low` (> `low` when `low_open`), else an error giving the allowed range."
     def parse(s):
@@ -108,6 +109,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.resume_at is not None and args.resume is None: p.error("argument --resume-at: needs --resume")
     return args
 
+# %% ../../nbs/27_bag_scenario.ipynb #37d8f3e9
 def _check_inputs(args) -> Path:
     "Everything `main` can check before the first step: `--out` writable and distinct from its table, a usable `--resume` file and frame."
     out = Path(args.out); table = out.with_suffix(".json")
@@ -153,6 +155,7 @@ def main(argv=None) -> int:
     finally:
         if in_main: signal.signal(signal.SIGTERM, old)
 
+# %% ../../nbs/27_bag_scenario.ipynb #514d34fd
 def _run(args, out: Path, say) -> int:
     wp.config.log_level = wp.LOG_WARNING
     device = args.device or default_device()

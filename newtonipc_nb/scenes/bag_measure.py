@@ -50,7 +50,7 @@ def inside_bag(points: np.ndarray, film: np.ndarray, faces: np.ndarray) -> np.nd
     w = winding_number(points, v, np.concatenate([faces, cap]))
     return np.abs(w) > 0.5
 
-# %% ../../nbs/26_bag_measurements.ipynb #4273b318
+# %% ../../nbs/26_bag_measurements.ipynb #c0623716
 def _near_pairs(ca, ra, cb, rb, cut, same: bool):
     "Index pairs (i, j) of balls (centres `ca`, radii `ra`) and (`cb`, `rb`) whose surfaces come within `cut` (i < j when `same`)."
     from scipy.spatial import cKDTree
@@ -83,6 +83,7 @@ def film_gaps(film: np.ndarray, faces: np.ndarray, device=None) -> float:
         if d <= cut or cut > span: return float(d)
         cut *= 4.0
 
+# %% ../../nbs/26_bag_measurements.ipynb #07041420
 def sphere_film_gaps(spheres: np.ndarray, film: np.ndarray, faces: np.ndarray, radii=SPHERE_RADII, device=None) -> np.ndarray:
     "Per sphere, the smallest distance (m) from its surface to the film (centre-to-triangle distance − R)."
     s = np.asarray(spheres, np.float64); x = np.asarray(film, np.float64)
@@ -90,6 +91,7 @@ def sphere_film_gaps(spheres: np.ndarray, film: np.ndarray, faces: np.ndarray, r
     d, _ = vertex_face_distance(q, device=device)
     return d.reshape(len(s), len(faces)).min(1) - np.asarray(radii)
 
+# %% ../../nbs/26_bag_measurements.ipynb #8d480297
 def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame:
     "The measurement table of a bag trajectory (a dict from `load_trajectory`, or a `Trajectory`)."
     if isinstance(traj, Trajectory):

@@ -24,10 +24,11 @@ from .bag_scene import SPHERE_RADII, bag_mesh
 __all__ = ['BadInput', 'TrajectoryWriteError', 'Terminated', 'Trajectory', 'load_trajectory', 'trajectory_resolution',
            'read_trajectory', 'resume_frame', 'resume_run', 'thin_trajectory', 'apply_controls', 'run_bag']
 
-# %% ../../nbs/25_bag_run.ipynb #27e96117
+# %% ../../nbs/25_bag_run.ipynb #de891698
 class BadInput(ValueError):
     "Input that cannot be used — an argument, an output path, a saved run — with a message naming it; `newtonipc-bag` exits 2 on it."
 
+# %% ../../nbs/25_bag_run.ipynb #5ca3afee
 class TrajectoryWriteError(OSError):
     "A trajectory or table could not be written; the message names the path and the reason."
 
@@ -49,6 +50,7 @@ def _signals_held():
         for s in sigs: signal.signal(s, old[s])
         if pending: signal.raise_signal(pending[0])
 
+# %% ../../nbs/25_bag_run.ipynb #e666ebe0
 @dataclass
 class Trajectory:
     "Recorded frames of a bag run and the per-step solver statistics."
@@ -89,6 +91,7 @@ class Trajectory:
                 raise TrajectoryWriteError(f"could not write {path}: {e.strerror or e}") from e
             raise
 
+# %% ../../nbs/25_bag_run.ipynb #6473db97
 def load_trajectory(path) -> dict:
     "A saved bag trajectory as a dict of arrays (`film`, `spheres`, `faces`, `time`, `step_*`, `stopped`)."
     with np.load(path, allow_pickle=False) as f:
@@ -152,6 +155,7 @@ def resume_run(scene: BagScene, ch: Choreographer, data: dict, at: float) -> tup
                       steps=[{n: data["step_" + n][j] for n in names} for j in range(k)], resolution=scene.resolution)
     return traj, k
 
+# %% ../../nbs/25_bag_run.ipynb #05fe7fa5
 def thin_trajectory(src, dst, every: int = 8) -> Path:
     "Write a light copy of a saved run to `dst`: every `every`-th frame and the last, all per-step statistics (for viewing and sharing)."
     d = load_trajectory(src)
@@ -160,6 +164,7 @@ def thin_trajectory(src, dst, every: int = 8) -> Path:
     np.savez_compressed(dst, **light, thinned=np.asarray(every))
     return Path(dst)
 
+# %% ../../nbs/25_bag_run.ipynb #e0ffccec
 def apply_controls(scene: BagScene, c: Controls):
     "Hand one step's controls to the solver and the state."
     s = scene.solver

@@ -83,10 +83,11 @@ def timeline_table() -> pd.DataFrame:
     df = pd.DataFrame(TIMELINE, columns=["start (s)", "end (s)", "action", "group", "parameters", "what"])
     return df.sort_values(["start (s)", "end (s)"], kind="stable").reset_index(drop=True)
 
-# %% ../../nbs/24_choreography.ipynb #1a1272c7
+# %% ../../nbs/24_choreography.ipynb #00916dfd
 class ScenarioCheckFailed(RuntimeError):
     "A `check` row of the timeline failed; the run stops there."
 
+# %% ../../nbs/24_choreography.ipynb #2effdbb9
 def _smooth(s: float) -> float:
     s = min(max(s, 0.0), 1.0)
     return s * s * (3.0 - 2.0 * s)
@@ -111,6 +112,7 @@ def _rest_flap_offsets(resolution: int = 1):
     r, z = np.linalg.norm(v[idx, :2], axis=2), v[idx, 2]
     return r - r[neck], z - z[neck]
 
+# %% ../../nbs/24_choreography.ipynb #1442d53e
 def _goal(kind: str, particles: np.ndarray, x: np.ndarray, p: dict, resolution: int = 1) -> np.ndarray:
     "Goal positions of a `goto` move, from the positions `x` when it starts (mesh at `resolution`)."
     c = _neck_centre(x, resolution)
@@ -129,6 +131,7 @@ def _goal(kind: str, particles: np.ndarray, x: np.ndarray, p: dict, resolution: 
     g[:, 2] = c[2] + p["height"] if kind == "gather" else x[particles, 2] + p.get("dz", 0.0)
     return g
 
+# %% ../../nbs/24_choreography.ipynb #2992d98d
 def tie_pairs(resolution: int = 1) -> np.ndarray:
     "Tie pairs within and between the two neck bands: ring neighbours in each band, and each column across the bands (48 pairs at every resolution)."
     n = len(BAND_COLUMNS)
@@ -144,6 +147,7 @@ def columns_up(x: np.ndarray, resolution: int = 1) -> np.ndarray:
 
 PHASE_ACTIONS = ("fold", "drop", "lift", "shift", "goto", "tie")
 
+# %% ../../nbs/24_choreography.ipynb #0ce3f41e
 def phase_rows(timeline=None) -> list:
     "The rows that open a phase: motions, drops, the tie and the final release — the first of those that start together."
     rows, starts = [], set()
@@ -157,6 +161,7 @@ def phase_at(t: float, rows) -> str:
     started = [r[5] for r in rows if r[0] <= t + 1e-9]
     return started[-1] if started else "start"
 
+# %% ../../nbs/24_choreography.ipynb #a3981c47
 @dataclass
 class Controls:
     "What the choreography asks of one step."

@@ -166,7 +166,7 @@ def check_gradients(runs: dict) -> list[Check]:
                          f"rel {err:.1e} (min gap {1e6 * gap:.0f} µm)", "agree", bool(err < 1e-5 and gap < 1e-3 and fz)))
     return out
 
-# %% ../../nbs/35_validation.ipynb #5f6b4a3e
+# %% ../../nbs/35_validation.ipynb #3b46b09d
 def newton_systems(solver: SolverIPC, state_in, state_out, dt: float) -> list[tuple]:
     "Take one step with `solver`; every Newton system it assembled: (∇Φ (N, 3), equilibrated BSR D·H·D, D (N, 3)), copied from its observer."
     systems, before = [], solver.observer
@@ -181,6 +181,7 @@ def newton_systems(solver: SolverIPC, state_in, state_out, dt: float) -> list[tu
         solver.observer = before
     return systems
 
+# %% ../../nbs/35_validation.ipynb #fd1eb32c
 def _scipy_bsr(H) -> sp.bsr_matrix:
     "The scipy copy of a Warp 3×3-block BSR matrix."
     off = H.offsets.numpy(); nnz = int(off[-1])
@@ -194,6 +195,7 @@ def linear_residuals(system: tuple, method: str = "pardiso") -> tuple[float, flo
     r = _scipy_bsr(H) @ z + D * g
     return float(np.linalg.norm(r) / np.linalg.norm(D * g)), float(np.linalg.norm(r / D) / np.linalg.norm(g))
 
+# %% ../../nbs/35_validation.ipynb #6b595b6f
 def bag_contact_systems(device=None, gap_below: float = 0.9, max_steps: int = 72) -> tuple[list, float, float]:
     "The Newton systems of the first bag step (TIMELINE choreography) that starts with a contact gap below `gap_below`·d̂; with that start's min gap (m) and the step's end time (s)."
     sc, ch = BagScene.build(device), Choreographer(TIMELINE)
@@ -234,6 +236,7 @@ def linear_systems(runs: dict | None = None, device=None) -> tuple[dict, str]:
         systems[kind.upper()] = reference_continue_systems(run)
     return systems, f"bag step to {t:.4f} s, gap {1e6 * gap:.0f} µm; " + ", ".join(f"{k} ×{len(v)}" for k, v in systems.items())
 
+# %% ../../nbs/35_validation.ipynb #7a081e18
 def residual_checks(table: pd.DataFrame, where: str = "") -> list[Check]:
     "One row per linear solver from a `linear_residual_table`: the largest residuals against 1e-7 (PCG: the system solved only)."
     out = []
@@ -334,7 +337,7 @@ def check_bag_full(out=None, until: float = 10.5) -> list[Check]:
         Check("bag: sphere centres inside the bag", "7 / 7", m["sphere centres inside the bag, last frame"], "7 / 7", m["sphere centres inside the bag, last frame"] == "7 / 7"),
     ]
 
-# %% ../../nbs/35_validation.ipynb #8b722ab5
+# %% ../../nbs/35_validation.ipynb #bbd0027e
 def _guard(name: str, fn) -> list[Check]:
     t = time.perf_counter()
     try:
@@ -345,6 +348,7 @@ def _guard(name: str, fn) -> list[Check]:
     out[0].seconds = time.perf_counter() - t       # the group's time, on its first row (the rows share one computation)
     return out
 
+# %% ../../nbs/35_validation.ipynb #51c48938
 def run_validation(full: bool = False, *, bag_out=None) -> list[Check]:
     "Every verification check (the full bag run only with `full`)."
     runs = {}
@@ -364,6 +368,7 @@ def run_validation(full: bool = False, *, bag_out=None) -> list[Check]:
         checks += _guard("bag full run", lambda: check_bag_full(bag_out))
     return checks
 
+# %% ../../nbs/35_validation.ipynb #cfb7778b
 def parse_args(argv=None) -> argparse.Namespace:
     epilog = ("exit codes:\n    0  every check passed (skipped checks are not failures)\n    1  a check failed, or the report could not be written\n"
               "    2  bad input: an argument, or an output path that cannot be written (checked before any check runs)")

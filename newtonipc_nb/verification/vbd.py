@@ -149,7 +149,7 @@ def run_vbd_bag(until: float, *, device=None, record_every: int = 4, timeline=No
     rec.update(faces=sc.faces, wall_time=time.perf_counter() - t_wall, stopped=stopped, resolution=resolution)
     return rec
 
-# %% ../../nbs/36_vbd_side_by_side.ipynb #9a8bf154
+# %% ../../nbs/36_vbd_side_by_side.ipynb #171bea90
 SEED_SIDE_BY_SIDE = {   # the reference implementation's 8.45 s run
     "neck width x × y (mm)": ("31.04 × 32.04", "38.45 × 42.01"),
     "flap height (mm)": ("1.54", "13.47"),
@@ -176,6 +176,7 @@ def _columns_up_at(film, t, at: float) -> str:
     up = columns_up(film[k], film_resolution(film.shape[1]))
     return f"{int(up.sum())} / {len(up)}" if abs(t[k] - at) < 0.005 else "—"
 
+# %% ../../nbs/36_vbd_side_by_side.ipynb #f5beb326
 def unchecked_timeline(timeline=None) -> list:
     "The timeline without its `check` rows: VBD is driven through every phase and the check is reported, not enforced."
     return [r for r in (timeline or TIMELINE) if r[2] != "check"]
@@ -189,6 +190,7 @@ def saved_ipc_run(source, until: float) -> dict:
     return dict(film=d["film"][keep], spheres=d["spheres"][keep], faces=d["faces"], time=t[keep],
                 wall_time=float(d["wall_time"]) * until / t[-1], stopped=f"{d['stopped']} (cut at {until:.2f} s; wall time pro rata)")
 
+# %% ../../nbs/36_vbd_side_by_side.ipynb #5186f2e1
 def compare_vbd(until: float = 0.2, *, device=None, ipc=None, vbd=None, resolution: int = 1) -> tuple[pd.DataFrame, dict]:
     "Run the bag choreography, film mesh at `resolution`, to `until` s through SolverIPC and SolverVBD on `device` (or take saved runs at that resolution: `ipc` a bag run from t = 0, path or dict; `vbd` a `run_vbd_bag` result, e.g. `load_side_by_side(…)['vbd']`); the side-by-side table beside the reference implementation's, and both trajectories."
     n_film = len(bag_mesh(check_resolution(resolution))[0])
