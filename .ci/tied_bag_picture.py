@@ -19,8 +19,9 @@ def main() -> int:
     out = docs_preview.OUT
     report = docs_preview.build(out, only=["bag_scenario"], quiet=True, run_flags=[])
     if report.get("failed"): sys.exit(f"the bag page failed to build: {report['failed']}")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
-    handler.log_message = lambda *a: None
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args): pass
+    handler = functools.partial(Quiet, directory=str(out))
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     b = Browser()

@@ -55,10 +55,11 @@ def look_at_quaternion(eye, target, up=(0.0, 0.0, 1.0)) -> tuple:
 VIEW_DIRECTION = np.array([1.2, -1.6, 1.0]) / np.linalg.norm([1.2, -1.6, 1.0])   # from the subject towards the camera
 FOV = 40.0                                                                            # degrees, vertical
 
-def framing_distance(lo, hi, aspect: float, direction=VIEW_DIRECTION, fov: float = FOV, margin: float = 1.08) -> float:
+def framing_distance(lo, hi, aspect: float, direction=None, fov: float = FOV, margin: float = 1.08) -> float:
     """Distance from the box centre along `direction` at which every corner of the box [lo, hi] is inside the view
-    (vertical `fov`, width/height `aspect`), with `margin`: the subject fills the canvas in its tighter dimension."""
-    z = np.asarray(direction, dtype=np.float64); x = np.cross((0.0, 0.0, 1.0), z); x /= np.linalg.norm(x); y = np.cross(z, x)
+    (vertical `fov`, width/height `aspect`), with `margin`: the subject fills the canvas in its tighter dimension.
+    `direction` (from the subject towards the camera) defaults to `VIEW_DIRECTION`."""
+    z = np.asarray(VIEW_DIRECTION if direction is None else direction, dtype=np.float64); x = np.cross((0.0, 0.0, 1.0), z); x /= np.linalg.norm(x); y = np.cross(z, x)
     half = 0.5 * (np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64))
     corners = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * half
     tv = np.tan(np.radians(fov) / 2); th = tv * aspect
