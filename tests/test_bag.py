@@ -1,4 +1,4 @@
-"""The bag scene end to end: the seed's two-step smoke check, the first phase, the CLI's file, and the full run (slow)."""
+"""The bag scene end to end: the reference implementation's two-step smoke check, the first phase, the CLI's file, and the full run (slow)."""
 import json
 
 import numpy as np

@@ -255,7 +255,7 @@ def test_barrier_scalar_derivatives():
         np.testing.assert_allclose((vp[:, 0] - vm[:, 0]) / (2 * h), v[:, 1], rtol=1e-6, atol=1e-9 * np.abs(v[:, 1]).max())
         np.testing.assert_allclose((vp[:, 1] - vm[:, 1]) / (2 * h), v[:, 2], rtol=1e-6, atol=1e-9 * np.abs(v[:, 2]).max())
         a = g - dhat
-        np.testing.assert_allclose(v[:, 0], -k * a * a * np.log(g / dhat), rtol=1e-14)   # SPEC §4, unsquared
+        np.testing.assert_allclose(v[:, 0], -k * a * a * np.log(g / dhat), rtol=1e-14)   # the unsquared-gap barrier
         assert np.all(v[:, 2] > 0)
 
 

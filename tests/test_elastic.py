@@ -231,7 +231,7 @@ def test_model_terms_on_bag(bag):
 
 
 def test_hinge_sign_matches_seed():
-    """b lifted towards the normals by atan(1/4): −14.036° (the seed's start); pushed away: +14.036°."""
+    """b lifted towards the normals by atan(1/4): −14.036° (the reference implementation's start); pushed away: +14.036°."""
     L, phi = 0.02, math.atan(0.25)
     flat = np.array([[-L, 0, 0], [L, 0, 0], [0, -L, 0], [0, L, 0]], float)
     up, down = flat.copy(), flat.copy()

@@ -1,5 +1,5 @@
 """Friction on an inclined plane: a sphere particle and a film patch stick below atan μ (creeping at the smoothing's
-speed) and slide at g(sin θ − μ cos θ) within 2 % above it (SPEC.md §4; nbs/04_friction.ipynb explains the set-up)."""
+speed) and slide at g(sin θ − μ cos θ) within 2 % above it (nbs/21_incline.ipynb explains the set-up)."""
 import math
 
 import numpy as np
@@ -55,7 +55,7 @@ def test_slides_above_atan_mu_at_the_coulomb_rate(body):
 
 
 def test_slides_within_2_percent_at_the_spec_tolerance():
-    r = slide_on_incline(40, "sphere", tolerance=5e-7)  # SPEC.md §5's after-release tolerance
+    r = slide_on_incline(40, "sphere", tolerance=5e-7)  # the after-release tolerance
     assert abs(r["a_rel_err"]) < 0.02, r
 
 

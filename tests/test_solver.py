@@ -105,7 +105,7 @@ def test_cloth_drop_settles_without_intersections():
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["vt", "ee"])
 def test_cuda_matches_cpu_on_small_scenes(kind):
-    """SPEC.md §6: 6 steps of the small scenes (StVK) on CUDA and on the CPU agree within 2e-7 m."""
+    """6 steps of the small scenes (StVK) on CUDA and on the CPU agree within 2e-7 m."""
     if not wp.is_cuda_available():
         pytest.skip("no CUDA device")
     out = {}

@@ -1,4 +1,4 @@
-"""The validation runner (SPEC.md §6) and the Newton VBD side-by-side harness (SPEC.md §7)."""
+"""The validation runner and the Newton VBD side-by-side harness."""
 import json
 import subprocess
 import sys
@@ -29,12 +29,12 @@ def test_default_runner_passes_with_every_check(tmp_path, capsys):
     assert data["failed"] == []
     assert all(r["result"] in ("pass", "skipped") for r in data["checks"])
     for name in EXPECTED: assert name in out
-    seeds = {r["check"]: r["seed"] for r in data["checks"]}
+    seeds = {r["check"]: r["reference"] for r in data["checks"]}
     assert seeds[EXPECTED[0]] == "838.96" and seeds[EXPECTED[1]] == "651.40" and seeds[EXPECTED[3]] == "−7.229"
 
 
 def test_linear_relative_residual_rows_pass_and_can_fail(monkeypatch):
-    """SPEC.md §6 "linear relative residual < 1e-7", on the Newton systems of a bag contact step and of a 13th step of
+    """The linear relative residual < 1e-7, on the Newton systems of a bag contact step and of a 13th step of
     each reference scene: one passing row per solver; a solution off by a relative 1e-6 is caught."""
     import re
     import numpy as np
@@ -83,7 +83,7 @@ def test_full_runner(tmp_path):
 
 
 def test_vbd_side_by_side_runs_both_solvers_for_0_2_s(tmp_path):
-    """SPEC.md §7 harness: 0.2 s of the bag choreography through SolverIPC and Newton's SolverVBD, same measures."""
+    """The VBD harness: 0.2 s of the bag choreography through SolverIPC and Newton's SolverVBD, same measures."""
     import numpy as np
     from newtonipc_nb.validation import SEED_SIDE_BY_SIDE, compare_vbd
     table, trajs = compare_vbd(0.2, device="cpu")
