@@ -457,6 +457,8 @@ def build(out: Path = OUT, only=(), force=False, timeout=900, jobs=1, quiet=Fals
     skip_flags()  # an unknown flag stops here
     out.mkdir(parents=True, exist_ok=True)
     require_paths = vendor(out)
+    if (NBS / "images").is_dir():   # pictures the pages' prose shows (e.g. the index's), served beside the pages
+        shutil.copytree(NBS / "images", out / "images", dirs_exist_ok=True)
     nbs = notebooks()
     rel = lambda p: str(p.relative_to(NBS) if p.is_relative_to(NBS) else p.name)
     pages = [dict(src=rel(p), html=page_name(p), title=title_of(p)) for p in nbs]
