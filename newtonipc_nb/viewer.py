@@ -66,14 +66,16 @@ def framing_distance(lo, hi, aspect: float, direction=None, fov: float = FOV, ma
     need = corners @ z + np.maximum(np.abs(corners @ x) / th, np.abs(corners @ y) / tv)
     return margin * max(float(need.max()), 1e-9)
 
-def framed_renderer(children, pts, width, height):
-    "Scene, lights and an orbiting camera that frames the bounding box of the points `pts` (it fills the canvas)."
+def framed_renderer(children, pts, width, height, direction=None):
+    """Scene, lights and an orbiting camera that frames the bounding box of the points `pts` (it fills the canvas), seen
+    from `direction` (default `VIEW_DIRECTION`)."""
     allp = np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1, 3) for p in pts])
     lo, hi = allp.min(0), allp.max(0); center = 0.5 * (lo + hi); span = max(float(np.max(hi - lo)), 1e-9)
     # The content is moved so that its centre is the origin: on a saved page the orbit controls start by looking at
     # the origin (their `target` and a `lookAt()` call reach the browser only from a kernel), so the camera's
     # orientation is a trait (saved with the page) and the thing looked at is at (0, 0, 0).
-    eye = framing_distance(lo, hi, width / height) * VIEW_DIRECTION
+    d = np.asarray(VIEW_DIRECTION if direction is None else direction, dtype=np.float64); d /= np.linalg.norm(d)
+    eye = framing_distance(lo, hi, width / height, d) * d
     camera = p3.PerspectiveCamera(position=tuple(eye), quaternion=look_at_quaternion(eye, (0, 0, 0)), up=(0, 0, 1), fov=FOV,
                                   aspect=width / height, near=span * 1e-3, far=span * 100,
                                   children=[p3.DirectionalLight(color="white", position=(3, 5, 6), intensity=0.7)])

@@ -252,7 +252,7 @@ def side_by_side_view(trajs: dict, *, frame: int = -1, gap: float = 0.05, show_b
         if show_bin: children += mesh_objects(bv + off, bf, "#bbbbbb", opacity=0.35, wireframe=False, name=f"{name}_bin")
         children += [sphere_object(c + off, r, name=f"{name}_sphere{i}") for i, (c, r) in enumerate(zip(p["spheres"], radii))]
         pts += [p["lo"] + off, p["hi"] + off]
-    renderer = framed_renderer(children, pts, width, height)
+    renderer = framed_renderer(children, pts, width, height, direction=(0.0, -1.0, 0.5))   # face the row of bags
     caption = widgets.HTML(
         f"<b>left</b>: <span style='color:{VBD_COLOR}'>■</span> Newton SolverVBD, t = {parts['vbd']['time']:.4f} s &nbsp;·&nbsp; "
         f"<b>right</b>: <span style='color:{IPC_COLOR}'>■</span> SolverIPC (ours), t = {parts['ipc']['time']:.4f} s, shifted "
