@@ -695,3 +695,14 @@ def test_preview_pages_in_headless_chromium():
           f"{time.time() - t_built:.0f} s, {canvases} canvases; screenshots in {check}")
     assert not problems, "\n".join(problems)
     assert canvases >= 1, "no page showed a 3D canvas (the viewer page has two)"
+
+
+def test_page_subtitles_are_plain_text():
+    "A page's subtitle (the `>` line under its title) is rendered as plain text: backticks would show literally."
+    import nbformat
+    bad = {}
+    for p in docs_preview.notebooks():
+        first = nbformat.read(p, as_version=4).cells[0].source
+        subs = [l for l in first.splitlines() if l.startswith(">")]
+        if subs and "`" in subs[0]: bad[p.name] = subs[0]
+    assert not bad, bad
