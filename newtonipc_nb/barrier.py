@@ -10,11 +10,10 @@ import math
 import numpy as np
 import warp as wp
 
-from .candidates import EPS32, CandidateSearch, ContactSet, contact_keys   # EPS32, CandidateSearch, contact_keys: re-exported
+from .candidates import ContactSet
 from .checks import vec3d_array
 from .compat import moved
-from .distances import (KIND_EE, KIND_NAMES, KIND_SF, KIND_SS, KIND_VT, candidate_weights, weighted_sum,
-                                    point_triangle_weights, edge_edge_weights, vertex_face_distance, edge_edge_distance)   # re-exported: they lived here
+from .distances import candidate_weights, weighted_sum
 from .terms import EnergyTerm, HessianBlocks
 
 # %% auto #0
@@ -297,6 +296,8 @@ class BarrierTerm(EnergyTerm):
 
 # %% ../nbs/05_contact_barrier.ipynb #da9d1477
 __getattr__, __dir__ = moved(__name__, {
+    "newtonipc_nb.distances": "KIND_VT KIND_EE KIND_SF KIND_SS KIND_NAMES point_triangle_weights edge_edge_weights vertex_face_distance edge_edge_distance",
+    "newtonipc_nb.candidates": "EPS32 CandidateSearch contact_keys",
     "newtonipc_nb.scenes.test_scenes": "bag_film_model flattened_bag folded_bag crumpled_bag barrier_test_scene",
     "newtonipc_nb.verification.distance_refs": "VT_CASES EE_CASES sample_configurations ipctk_distances ipctk_agreement exact_edge_edge_distance",
     "newtonipc_nb.verification.candidate_refs": "brute_force_contacts swept_check"})

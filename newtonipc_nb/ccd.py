@@ -15,7 +15,6 @@ from .candidates import ContactSet
 from .checks import choice, float_array, non_negative, option, vec3d_array
 from .compat import moved
 from .distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT, candidate_weights, weighted_sum
-from .intersections import count_intersections, intersecting_pairs, tri_tri_intersect, tri_tri_intersect_exact   # re-exported
 
 # %% auto #0
 __all__ = ['ACCD_ETA', 'ACCD_MAX_ITER', 'STEP_METHODS', 'vertex_face_toi', 'edge_edge_toi', 'candidate_step_bounds',
@@ -300,6 +299,7 @@ def fp32_gap_check(contacts: ContactSet, x64, device=None) -> tuple[bool, float,
 
 # %% ../nbs/06_ccd.ipynb #62cc846e
 __getattr__, __dir__ = moved(__name__, {
+    "newtonipc_nb.intersections": "count_intersections intersecting_pairs tri_tri_intersect tri_tri_intersect_exact",
     "newtonipc_nb.scenes.test_scenes": "through_face_scene random_soup grid_sheet folded_sheet crumpled_sheet flat_crumpled_sheet bag_step_states",
     "newtonipc_nb.verification.ccd_refs": "CCD_QUERY_KINDS ccd_queries_dir QueryBatch read_query_file load_ccd_queries ccd_query_report ipctk_step_bound",
     "newtonipc_nb.verification.intersection_refs": "pair_intersects_reference box_overlap_pairs reference_intersecting_pairs ipctk_has_intersections"})

@@ -11,8 +11,7 @@ import warp as wp
 from .checks import choice, float_array, per_element
 from .compat import moved
 from .inputs import IPCModel, mat32d
-from .supports import TIE_STIFFNESS, SupportTerm, TieTerm   # re-exported: they lived here
-from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays, term_derivatives   # term_derivatives: re-exported
+from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays
 
 # %% auto #0
 __all__ = ['MEMBRANE_MODELS', 'triangle_rest_shape', 'MembraneTerm', 'membrane_energy', 'membrane_derivatives', 'HingeTerm',
@@ -411,5 +410,7 @@ def hinge_derivatives(X, theta0, k, device=None):
 
 # %% ../nbs/02_membrane_bending.ipynb #7be30f65
 __getattr__, __dir__ = moved(__name__, {
+    "newtonipc_nb.supports": "TIE_STIFFNESS SupportTerm TieTerm",
+    "newtonipc_nb.terms": "term_derivatives",
     "newtonipc_nb.scenes.test_scenes": "random_triangles",
     "newtonipc_nb.verification.elastic_refs": "torch_membrane_energy torch_hinge_energy torch_support_energy torch_tie_energy torch_agreement"})

@@ -12,7 +12,6 @@ import pandas as pd
 import warp as wp
 
 from .compat import moved
-from .terms import ElementEnergyTerm, EnergyTerm, HessianBlocks, sum_into   # re-exported: they lived here
 
 # %% auto #0
 __all__ = ['BAG_FILM', 'mat32d', 'membrane_lame', 'bending_stiffness', 'hinge_edge_ke', 'hinge_k_theta', 'areal_density', 'Film',
@@ -310,4 +309,6 @@ def warm_kernels(device=None) -> list[str]:
     return loaded
 
 # %% ../nbs/00_inputs.ipynb #4d66b18f
-__getattr__, __dir__ = moved(__name__, {"newtonipc_nb.scenes.bag_scene": "N_RINGS N_COLUMNS NECK_RING HEM_RING BOTTOM_RINGS BOTTOM_RADIUS SHOULDER NECK FLAP_EDGE FLAP_FLARE BIN_RADIUS BIN_HEIGHT RESOLUTIONS SPHERE_RADII SPHERE_DENSITY SPHERE_COLUMN_BOTTOM SPHERE_COLUMN_GAP SPHERE_DROP_XY check_resolution bag_grid film_resolution ring_vertices bag_mesh bin_mesh floor_mesh SceneIndex sphere_column bag_scene_builder"})
+__getattr__, __dir__ = moved(__name__, {
+    "newtonipc_nb.terms": "ElementEnergyTerm EnergyTerm HessianBlocks sum_into",
+    "newtonipc_nb.scenes.bag_scene": "N_RINGS N_COLUMNS NECK_RING HEM_RING BOTTOM_RINGS BOTTOM_RADIUS SHOULDER NECK FLAP_EDGE FLAP_FLARE BIN_RADIUS BIN_HEIGHT RESOLUTIONS SPHERE_RADII SPHERE_DENSITY SPHERE_COLUMN_BOTTOM SPHERE_COLUMN_GAP SPHERE_DROP_XY check_resolution bag_grid film_resolution ring_vertices bag_mesh bin_mesh floor_mesh SceneIndex sphere_column bag_scene_builder"})

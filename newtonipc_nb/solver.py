@@ -20,7 +20,8 @@ from .checks import choice, non_negative, option, positive
 from .compat import moved
 from .inputs import IPCModel
 from .terms import EnergyTerm, HessianBlocks
-from .elastic import MembraneTerm, HingeTerm, SupportTerm, TieTerm
+from .elastic import MembraneTerm, HingeTerm
+from .supports import SupportTerm, TieTerm
 from .barrier import BarrierTerm
 from .candidates import CandidateSearch
 from .distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..candidates import ContactSet
 from ..distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT
-from ..inputs import BAG_FILM, IPCModel, add_mesh, bag_mesh, ring_vertices
+from ..inputs import BAG_FILM, IPCModel, add_mesh
+from .bag_scene import bag_mesh, ring_vertices
 
 # %% auto #0
 __all__ = ['bag_film_model', 'flattened_bag', 'folded_bag', 'crumpled_bag', 'barrier_test_scene', 'through_face_scene',

@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..elastic import (SupportTerm, TieTerm, hinge_derivatives, membrane_derivatives, term_derivatives,
-                                  triangle_rest_shape)
+from ..elastic import hinge_derivatives, membrane_derivatives, triangle_rest_shape
 from ..inputs import BAG_FILM
+from ..supports import SupportTerm, TieTerm
+from ..terms import term_derivatives
 from ..scenes.test_scenes import random_triangles
 
 # %% auto #0
