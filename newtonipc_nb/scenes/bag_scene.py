@@ -142,13 +142,16 @@ def sphere_column(radii=SPHERE_RADII, drop_xy=SPHERE_DROP_XY, bottom: float = SP
     for r0, r1 in zip(radii[:-1], radii[1:]): z.append(z[-1] + r0 + r1 + gap)
     return np.concatenate([np.asarray(drop_xy, dtype=np.float64), np.asarray(z)[:, None]], axis=1)
 
-def bag_scene_builder(film: Film = BAG_FILM, bag_offset=(0.0, 0.0, 0.002), resolution: int = 1):
-    "A `newton.ModelBuilder` holding the bag film (mesh at `resolution`), a fixed bin and floor, and the 7 spheres; returns `(builder, SceneIndex)`."
+def bag_scene_builder(film: Film = BAG_FILM, bag_offset=(0.0, 0.0, 0.002), resolution: int = 1,
+                      hinge_rule: str = "reference"):
+    """A `newton.ModelBuilder` holding the bag film (mesh at `resolution`), a fixed bin and floor, and the 7 spheres;
+    returns `(builder, SceneIndex)`. The film's hinges use the reference implementation's rule by default, so the
+    scene's numbers stay comparable with it; `hinge_rule="calibrated"` gives plate bending (see `set_hinge_stiffness`)."""
     b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
     V, F = bag_mesh(resolution)
     first_edge = len(b.edge_indices)
     f0 = add_mesh(b, V + np.asarray(bag_offset), F, density=film.areal_density, mu=film.mu, lam=film.lam)
-    set_hinge_stiffness(b, first_edge, film.D)
+    set_hinge_stiffness(b, first_edge, film.D, rule=hinge_rule)
     film_r = range(f0, b.particle_count)
     bv, bf = bin_mesh()
     b0 = add_mesh(b, bv, bf, density=0.0); bin_r = range(b0, b.particle_count)

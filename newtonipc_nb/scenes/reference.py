@@ -43,7 +43,7 @@ def hinge_scene(kind: str = "vt", *, speed: float = 0.25, height: float = 1.5e-3
     b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
     first = len(b.edge_indices)
     add_mesh(b, rest + [0, 0, 0.05], np.array([[0, 2, 3], [1, 3, 2]], dtype=np.int32), density=film.areal_density, mu=film.mu, lam=film.lam)
-    set_hinge_stiffness(b, first, film.D)
+    set_hinge_stiffness(b, first, film.D, rule="reference")
     add_mesh(b, obstacle_v, obstacle_f, density=0.0)
     model = b.finalize(device=device)
     state = model.state()
@@ -60,7 +60,7 @@ def sheet_on_sphere(n: int = 15, size: float = 0.08, device=None):
     f = grid_faces(n)
     first = len(b.edge_indices)
     add_mesh(b, v, f, density=BAG_FILM.areal_density, mu=BAG_FILM.mu, lam=BAG_FILM.lam)
-    set_hinge_stiffness(b, first, BAG_FILM.D)
+    set_hinge_stiffness(b, first, BAG_FILM.D, rule="reference")
     add_mesh(b, np.array([[-0.1, -0.1, -0.021], [0.1, -0.1, -0.021], [0.1, 0.1, -0.021], [-0.1, 0.1, -0.021]]), np.array([[0, 1, 2], [0, 2, 3]], np.int32), density=0.0)
     b.add_particle(wp.vec3(0.0, 0.0, 0.0), wp.vec3(0.0, 0.0, 0.0), mass=0.0, radius=0.02)
     return b.finalize(device=device), f
