@@ -12,7 +12,6 @@ import warp as wp
 
 from .candidates import ContactSet
 from .checks import vec3d_array
-from .compat import moved
 from .distances import candidate_weights, weighted_sum
 from .terms import EnergyTerm, HessianBlocks
 
@@ -293,11 +292,3 @@ class BarrierTerm(EnergyTerm):
                   inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa), self._active, wp.int32(every),
                           wp.int32(offset)],
                   outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
-
-# %% ../nbs/05_contact_barrier.ipynb #da9d1477
-__getattr__, __dir__ = moved(__name__, {
-    "newtonipc_nb.distances": "KIND_VT KIND_EE KIND_SF KIND_SS KIND_NAMES point_triangle_weights edge_edge_weights vertex_face_distance edge_edge_distance",
-    "newtonipc_nb.candidates": "EPS32 CandidateSearch contact_keys",
-    "newtonipc_nb.scenes.test_scenes": "bag_film_model flattened_bag folded_bag crumpled_bag barrier_test_scene",
-    "newtonipc_nb.verification.distance_refs": "VT_CASES EE_CASES sample_configurations ipctk_distances ipctk_agreement exact_edge_edge_distance",
-    "newtonipc_nb.verification.candidate_refs": "brute_force_contacts swept_check"})

@@ -13,7 +13,6 @@ import warp as wp
 
 from .candidates import ContactSet
 from .checks import choice, float_array, non_negative, option, vec3d_array
-from .compat import moved
 from .distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT, candidate_weights, weighted_sum
 
 # %% auto #0
@@ -296,10 +295,3 @@ def fp32_gap_check(contacts: ContactSet, x64, device=None) -> tuple[bool, float,
     if g.size == 0: return True, math.inf, 0
     lost = int(np.sum(~(g > tol)))
     return lost == 0, float(g.min()), lost
-
-# %% ../nbs/06_ccd.ipynb #62cc846e
-__getattr__, __dir__ = moved(__name__, {
-    "newtonipc_nb.intersections": "count_intersections intersecting_pairs tri_tri_intersect tri_tri_intersect_exact",
-    "newtonipc_nb.scenes.test_scenes": "through_face_scene random_soup grid_sheet folded_sheet crumpled_sheet flat_crumpled_sheet bag_step_states",
-    "newtonipc_nb.verification.ccd_refs": "CCD_QUERY_KINDS ccd_queries_dir QueryBatch read_query_file load_ccd_queries ccd_query_report ipctk_step_bound",
-    "newtonipc_nb.verification.intersection_refs": "pair_intersects_reference box_overlap_pairs reference_intersecting_pairs ipctk_has_intersections"})

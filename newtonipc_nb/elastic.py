@@ -11,7 +11,6 @@ import numpy as np
 import warp as wp
 
 from .checks import choice, float_array, per_element
-from .compat import moved
 from .inputs import IPCModel, add_mesh, mat32d, set_hinge_stiffness
 from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays
 
@@ -446,10 +445,3 @@ def equilateral_mesh(n: int, h: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
             a, b, c, d = r * n + i, r * n + i + 1, (r + 1) * n + i + 1, (r + 1) * n + i
             f += [(a, b, d), (b, c, d)] if r % 2 == 0 else [(a, b, c), (a, c, d)]
     return uv, np.asarray(f, np.int32)
-
-# %% ../nbs/02_membrane_bending.ipynb #7be30f65
-__getattr__, __dir__ = moved(__name__, {
-    "newtonipc_nb.supports": "TIE_STIFFNESS SupportTerm TieTerm",
-    "newtonipc_nb.terms": "term_derivatives",
-    "newtonipc_nb.scenes.test_scenes": "random_triangles",
-    "newtonipc_nb.verification.elastic_refs": "torch_membrane_energy torch_hinge_energy torch_support_energy torch_tie_energy torch_agreement"})

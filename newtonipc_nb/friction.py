@@ -11,7 +11,6 @@ import warp as wp
 from .checks import non_negative, positive
 from .terms import ElementEnergyTerm, HessianBlocks
 from .barrier import barrier_d1
-from .compat import moved
 from .distances import candidate_weights
 
 # %% auto #0
@@ -134,6 +133,3 @@ class FrictionTerm(ElementEnergyTerm):
         if not self.count: return
         wp.launch(_friction_accumulate, dim=self.count, inputs=[x, self.x0, self.pairs, self.w, self.n, self.load, wp.float64(self.eps),
                                                                  grad, blocks.rows, blocks.cols, blocks.vals, offset], device=self.device)
-
-# %% ../nbs/08_friction.ipynb #cd44765d
-__getattr__, __dir__ = moved(__name__, {"newtonipc_nb.scenes.incline": "incline_frame equilibrium_gap smoothed_reference INCLINE_PLANE incline_scene slide_on_incline"})

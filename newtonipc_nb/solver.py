@@ -17,7 +17,6 @@ import warp as wp
 
 import newton
 from .checks import choice, non_negative, option, positive
-from .compat import moved
 from .inputs import IPCModel
 from .terms import EnergyTerm, HessianBlocks
 from .elastic import MembraneTerm, HingeTerm
@@ -443,6 +442,3 @@ def step(self: SolverIPC, state_in, state_out, control, contacts, dt: float):
     state_out.particle_q.assign(x.astype(np.float32))
     state_out.particle_qd.assign(v.astype(np.float32))
     self._last_out = x
-
-# %% ../nbs/10_solver.ipynb #26d4f68b
-__getattr__, __dir__ = moved(__name__, {"newtonipc_nb.scenes.reference": "hinge_scene sheet_on_sphere"})
