@@ -28,6 +28,7 @@ from .ccd import DeviceStepBound, fp32_gap_check
 from .intersections import count_intersections
 from .friction import FrictionTerm
 from .linear import LinearSolveError, NewtonSystem, make_linear_solver
+from .rest_contacts import check_rest_contacts
 
 # %% auto #0
 __all__ = ['TIME_KEYS', 'SolverError', 'StepFailure', 'StepStats', 'IterationInfo', 'SolverIPC']
@@ -116,16 +117,20 @@ class SolverIPC(newton.solvers.SolverBase):
     the CPU, cholespy on CUDA], a name ("pardiso", "cholespy" or "cholesky", "dense", "pcg") or a `LinearSolver`;
     `drag` [0.0 1/s] drag coefficient c of the force −c·m·v on film particles; `skin` [1.5e-3 m] candidate
     reuse distance; `sphere_particles` [None: particles on no triangle] sphere centres; `observer` [None] a
-    callable that receives an `IterationInfo` after every Newton iteration.
+    callable that receives an `IterationInfo` after every Newton iteration; `rest_contacts` ["refuse"] or "allow":
+    a model whose rest shape holds film–film pairs inside `dhat` (a sheet that would lock) is refused with an error
+    naming a `dhat` that works (see `newtonipc_nb.rest_contacts`), unless "allow".
     """
     def __init__(self, model, *, membrane: str = "stvk", dhat: float = 1.0e-3, min_gap: float = 3.0e-5,
                  kappa: float = 1000.0, friction: float = 0.35, max_iterations: int = 150, tolerance: float = 1.2e-5,
                  line_search_trials: int = 48, max_subdivisions: int = 7, step_bound: str = "accd",
-                 linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None):
+                 linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None,
+                 rest_contacts: str = "refuse"):
         super().__init__(model)
         fn, integer = "SolverIPC", numbers.Integral
         choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)
         choice(step_bound, "option step_bound", ("accd", "normal"), fn=fn)
+        choice(rest_contacts, "option rest_contacts", ("refuse", "allow"), fn=fn)
         for name, v in (("dhat", dhat), ("kappa", kappa), ("tolerance", tolerance)): positive(v, f"option {name}", fn=fn)
         for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)): non_negative(v, f"option {name}", fn=fn)
         option(min_gap, "option min_gap", fn=fn, ok=lambda v: v < dhat, rule=f"smaller than dhat = {dhat}")
@@ -134,6 +139,7 @@ class SolverIPC(newton.solvers.SolverBase):
         option(max_subdivisions, "option max_subdivisions", fn=fn, kind=integer, ok=lambda v: 0 <= v <= 30, rule="an integer in 0..30")
         if observer is not None and not callable(observer): raise ValueError(f"SolverIPC: option observer must be callable, got {observer!r}")
         self.ipc = IPCModel.from_newton(model, sphere_particles=sphere_particles)
+        if rest_contacts == "refuse": check_rest_contacts(self.ipc, dhat, min_gap, fn=fn)
         d = self.ipc.device
         self.linear = make_linear_solver(linear_solver, device=d)
         self.observer = observer

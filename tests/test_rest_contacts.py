@@ -1,0 +1,20 @@
+"""No film–film pair inside d̂ in the bag's rest shape at any resolution; the solver's rest-shape check."""
+import pytest
+
+from newtonipc_nb.inputs import IPCModel
+from newtonipc_nb.rest_contacts import check_rest_contacts, rest_film_contacts
+from newtonipc_nb.scenes.bag_scene import RESOLUTIONS, bag_scene_builder
+from newtonipc_nb.solver import SolverIPC
+
+
+@pytest.mark.parametrize("k", RESOLUTIONS)
+def test_bag_rest_shape_has_no_pair_inside_dhat(k):
+    model = bag_scene_builder(resolution=k)[0].finalize(device="cpu")
+    assert len(rest_film_contacts(IPCModel.from_newton(model), 1e-3, 3e-5)) == 0
+    assert len(check_rest_contacts(IPCModel.from_newton(model), 1e-3, 3e-5)) == 0
+
+
+def test_rest_contacts_option_is_checked():
+    model = bag_scene_builder()[0].finalize(device="cpu")
+    with pytest.raises(ValueError, match="option rest_contacts must be one of 'refuse', 'allow'"):
+        SolverIPC(model, rest_contacts="ignore")
