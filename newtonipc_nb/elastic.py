@@ -432,7 +432,8 @@ def cylinder_energy_ratio(uv, faces, kappa: float, angle: float = 0.0, *, rule: 
     term = HingeTerm(IPCModel.from_newton(b.finalize(device=device), device=device))
     x = wp.array(bent_cylinder(uv, kappa, angle), dtype=wp.vec3d, device=term.device)
     f = np.asarray(faces)
-    area = 0.5 * np.abs(np.cross(uv[f[:, 1]] - uv[f[:, 0]], uv[f[:, 2]] - uv[f[:, 0]])).sum()
+    d1, d2 = uv[f[:, 1]] - uv[f[:, 0]], uv[f[:, 2]] - uv[f[:, 0]]
+    area = 0.5 * np.abs(d1[:, 0] * d2[:, 1] - d1[:, 1] * d2[:, 0]).sum()
     return term.energy(x) / (0.5 * D * kappa**2 * area)
 
 def equilateral_mesh(n: int, h: float = 1.0) -> tuple[np.ndarray, np.ndarray]:

@@ -110,7 +110,7 @@ def test_bad_resolution_is_named(bad):
 def test_bag_scene_at_resolution_2_keeps_mass_and_area():
     b1, i1 = bag_scene_builder()
     b2, i2 = bag_scene_builder(resolution=2)
-    assert len(i2.film) == 1921 and len(i2.spheres) == 7 and i2.film.start == 0
+    assert len(i2.film) == 1761 and len(i2.spheres) == 7 and i2.film.start == 0
     m1, m2 = (np.asarray(b.particle_mass)[np.asarray(i.film)].sum() for b, i in ((b1, i1), (b2, i2)))
     np.testing.assert_allclose(m2, m1, rtol=3e-3)
 
