@@ -13,14 +13,14 @@ import warp as wp
 
 from .candidates import ContactSet
 from .checks import choice, float_array, non_negative, option, vec3d_array
-from .distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT, candidate_weights, weighted_sum
+from .distances import KIND_EE, KIND_SF, KIND_SS, KIND_VP, KIND_VT, candidate_weights, weighted_sum
 
 # %% auto #0
 __all__ = ['ACCD_ETA', 'ACCD_MAX_ITER', 'STEP_METHODS', 'vertex_face_toi', 'edge_edge_toi', 'candidate_step_bounds',
            'bound_from_minimum', 'DeviceStepBound', 'step_bound', 'fp32_gaps', 'fp32_gap_check']
 
 # %% ../nbs/06_ccd.ipynb #12d7944f
-_VT, _EE, _SF, _SS = wp.constant(KIND_VT), wp.constant(KIND_EE), wp.constant(KIND_SF), wp.constant(KIND_SS)
+_VT, _EE, _SF, _SS, _VP = (wp.constant(k) for k in (KIND_VT, KIND_EE, KIND_SF, KIND_SS, KIND_VP))
 _BIG = wp.constant(wp.float64(1.0e300))
 _EPS_FP = wp.constant(wp.float64(64.0 * 2.0**-52))   # FP64 allowance per unit of coordinate magnitude (see below)
 
@@ -34,7 +34,7 @@ def _approach(kind: wp.int32, u0: wp.float64, u1: wp.float64, u2: wp.float64, u3
     a = u1 - u0
     if kind == _EE:
         a = wp.max(u2, u3) - wp.min(u0, u1)
-    elif kind == _VT or kind == _SF:
+    elif kind == _VT or kind == _SF or kind == _VP:
         a = wp.max(wp.max(u1, u2), u3) - u0
     return a
 
