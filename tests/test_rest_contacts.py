@@ -18,3 +18,12 @@ def test_rest_contacts_option_is_checked():
     model = bag_scene_builder()[0].finalize(device="cpu")
     with pytest.raises(ValueError, match="option rest_contacts must be one of 'refuse', 'allow'"):
         SolverIPC(model, rest_contacts="ignore")
+
+
+def test_allow_accepts_a_rest_shape_with_pairs_inside_dhat():
+    "The 1 mm strip is refused by default and accepted with rest_contacts='allow' (pairs meant to touch at rest)."
+    from newtonipc_nb.scenes.reference import clamped_strip
+    model = clamped_strip(1e-3)[0]
+    with pytest.raises(ValueError, match="film–film pairs are inside the barrier distance"):
+        SolverIPC(model)
+    assert SolverIPC(model, rest_contacts="allow").ipc.particle_count == model.particle_count
