@@ -437,7 +437,7 @@ def cylinder_energy_ratio(uv, faces, kappa: float, angle: float = 0.0, *, rule: 
     return term.energy(x) / (0.5 * D * kappa**2 * area)
 
 def equilateral_mesh(n: int, h: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    "A flat mesh of equilateral triangles of side `h`: n columns × about n rows, `(uv (m, 2), faces int32)`, normals +z."
+    "Flat equilateral triangles of side `h`: n columns × about n rows, `(uv (m, 2), faces int32)`, normals +z."
     rows = max(2, round((n - 1) * 2 / math.sqrt(3)) + 1)
     uv = np.array([((i + 0.5 * (r % 2)) * h, r * h * math.sqrt(3) / 2) for r in range(rows) for i in range(n)])
     f = []

@@ -129,8 +129,8 @@ class SolverIPC(newton.solvers.SolverBase):
     def __init__(self, model, *, membrane: str = "stvk", dhat: float = 1.0e-3, min_gap: float = 3.0e-5,
                  kappa: float = 1000.0, friction: float = 0.35, max_iterations: int = 150, tolerance: float = 1.2e-5,
                  line_search_trials: int = 48, max_subdivisions: int = 7, step_bound: str = "accd",
-                 linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None, terms=(),
-                 rest_contacts: str = "refuse"):
+                 linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None,
+                 terms=(), rest_contacts: str = "refuse"):
         super().__init__(model)
         fn, integer = "SolverIPC", numbers.Integral
         choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)

@@ -62,7 +62,7 @@ def _ring_starts(resolution: int) -> np.ndarray:
     return 1 + np.concatenate([[0], np.cumsum(ring_sizes(resolution))])
 
 def film_resolution(n_vertices: int) -> int:
-    "The resolution whose bag mesh has `n_vertices` vertices (481, 1,761 or 6,977), else a `ValueError` naming the count."
+    "The resolution whose bag mesh has `n_vertices` vertices (481, 1,761 or 6,977), else a `ValueError` naming it."
     counts = {k: int(_ring_starts(k)[-1]) for k in RESOLUTIONS}
     for k, n in counts.items():
         if n_vertices == n: return k
@@ -105,19 +105,21 @@ def _ring_profile(resolution: int = 1) -> tuple[np.ndarray, np.ndarray]:
     return fine[:, 0], fine[:, 1]
 
 def _zip_rings(lo: np.ndarray, hi: np.ndarray) -> list:
-    """Triangles between an inner ring `lo` and an outer ring `hi` of different counts, both starting at angle 0: advance
-    along whichever ring's next vertex comes first in angle; normals point down (out of the bottom)."""
+    """Triangles between an inner ring `lo` and an outer ring `hi` of different counts, both starting at angle 0:
+    advance along whichever ring's next vertex comes first in angle; normals point down (out of the bottom)."""
     na, nb, i, j, f = len(lo), len(hi), 0, 0, []
     while i < na or j < nb:
         if j == nb or (i < na and (i + 1) * nb <= (j + 1) * na):
-            f.append((lo[i], lo[(i + 1) % na], hi[j % nb])); i += 1
+            f.append((lo[i], lo[(i + 1) % na], hi[j % nb]))
+            i += 1
         else:
-            f.append((lo[i % na], hi[(j + 1) % nb], hi[j])); j += 1
+            f.append((lo[i % na], hi[(j + 1) % nb], hi[j]))
+            j += 1
     return f
 
 def bag_mesh(resolution: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """The open garbage bag at `resolution` k: `(vertices, 3) float64, faces int32)`, normals pointing outward; k = 1 is
-    481 vertices and 928 faces, k = 2 and 4 have 1,761 / 6,977 vertices (see `ring_sizes` for the bottom disc)."""
+    """The open garbage bag at `resolution` k: `(vertices (n, 3) float64, faces (m, 3) int32)`, normals pointing
+    outward; k = 1 is 481 vertices and 928 faces, k = 2 and 4 have 1,761 / 6,977 vertices (`ring_sizes`: the disc)."""
     rings, columns, _, _ = bag_grid(resolution)
     r, z = _ring_profile(resolution)
     rings_xyz = []
@@ -186,7 +188,7 @@ def bag_scene_builder(film: Film = BAG_FILM, bag_offset=(0.0, 0.0, 0.002), resol
                       hinge_rule: str = "reference"):
     """A `newton.ModelBuilder` holding the bag film (mesh at `resolution`), a fixed bin and floor, and the 7 spheres;
     returns `(builder, SceneIndex)`. The film's hinges use the reference implementation's rule by default, so the
-    scene's numbers stay comparable with it; `hinge_rule="calibrated"` gives plate bending (see `set_hinge_stiffness`)."""
+    scene's numbers stay comparable with it; `hinge_rule="calibrated"` gives plate bending (`set_hinge_stiffness`)."""
     b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
     V, F = bag_mesh(resolution)
     first_edge = len(b.edge_indices)

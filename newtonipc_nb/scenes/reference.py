@@ -70,7 +70,7 @@ def sheet_on_sphere(n: int = 15, size: float = 0.08, device=None):
 def clamped_strip(cell: float, *, length: float = 0.010, width: float = 0.0025, rule: str = "calibrated", film=None,
                   device=None):
     """A strip of `film` (default the bag film) on a grid of about `cell`-wide squares, clamped at x ≤ 0, hinges by
-    `rule`. Returns `(model, tip particle indices, plate deflection qL⁴/8D, beam deflection qL⁴/(8Eh³/12))` in metres."""
+    `rule`. Returns `(model, tip particle indices, plate deflection qL⁴/8D, beam deflection qL⁴/(8Eh³/12))`, in m."""
     film = film or BAG_FILM
     nx, ny = round(length / cell) + 1, max(2, round(width / cell) + 1)
     dx = length / (nx - 1)

@@ -87,7 +87,8 @@ def bag_wall_patch(k: int) -> tuple[np.ndarray, np.ndarray]:
     s = np.r_[0.0, np.cumsum(np.linalg.norm(np.diff(V[ids[:, 0]], axis=0)[:, [0, 2]], axis=1))]
     u = np.arange(cols) * 2 * np.pi / (32 * k) * r_mean
     uv = np.stack(np.meshgrid(u, s), -1).reshape(-1, 2)
-    local = -np.ones(len(V), np.int64); local[ids.ravel()] = np.arange(ids.size)
+    local = -np.ones(len(V), np.int64)
+    local[ids.ravel()] = np.arange(ids.size)
     keep = (local[F] >= 0).all(1)
     return uv, local[F[keep]].astype(np.int32)
 
