@@ -42,7 +42,7 @@ def drop_scene(n, spacing=5e-3, gap=5e-4, speed=0.1, device="cpu"):
     v = np.stack([X.ravel(), Y.ravel(), np.full(n * n, R + gap)], 1)
     first = len(b.edge_indices)
     add_mesh(b, v, grid_faces(n), density=BAG_FILM.areal_density, mu=BAG_FILM.mu, lam=BAG_FILM.lam)
-    set_hinge_stiffness(b, first, BAG_FILM.D)
+    set_hinge_stiffness(b, first, BAG_FILM.D, rule="reference")
     h = L
     add_mesh(b, np.array([[-h, -h, -R - 1e-3], [h, -h, -R - 1e-3], [h, h, -R - 1e-3], [-h, h, -R - 1e-3]]),
              np.array([[0, 1, 2], [0, 2, 3]], np.int32), density=0.0)

@@ -5,16 +5,18 @@
 # %% ../nbs/02_membrane_bending.ipynb #c4566c53
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import warp as wp
 
 from .checks import choice, float_array, per_element
-from .inputs import IPCModel, mat32d
+from .inputs import IPCModel, add_mesh, mat32d, set_hinge_stiffness
 from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays
 
 # %% auto #0
 __all__ = ['MEMBRANE_MODELS', 'triangle_rest_shape', 'MembraneTerm', 'membrane_energy', 'membrane_derivatives', 'HingeTerm',
-           'hinge_angle', 'hinge_derivatives']
+           'hinge_angle', 'hinge_derivatives', 'bent_cylinder', 'cylinder_energy_ratio', 'equilateral_mesh']
 
 # %% ../nbs/02_membrane_bending.ipynb #cd4d5f60
 def triangle_rest_shape(X0) -> tuple[np.ndarray, np.ndarray]:
@@ -406,3 +408,41 @@ def hinge_derivatives(X, theta0, k, device=None):
         wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, kk], outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
         wp.launch(_hinge_accumulate_kernel, dim=n, device=d, inputs=[x, h, t0, kk, wp.int32(0)], outputs=[g, hb.rows, hb.cols, hb.vals])
     return e.numpy(), th.numpy(), g.numpy().reshape(n, 4, 3), _blocks_to_dense(hb.vals.numpy(), n, 4)
+
+# %% ../nbs/02_membrane_bending.ipynb #8ac8e766
+def bent_cylinder(uv, kappa: float, angle: float = 0.0) -> np.ndarray:
+    """Flat points `uv` (n, 2) wrapped isometrically onto a cylinder of curvature `kappa` (1/m) whose axis lies at
+    `angle` (rad) to the u axis, as (n, 3) FP64; the sheet is tangent to z = 0 at the origin."""
+    uv = float_array(uv, "uv", (None, 2), fn="bent_cylinder")
+    c, s = math.cos(angle), math.sin(angle)
+    across, along = uv @ np.array([-s, c]), uv @ np.array([c, s])   # arc length across the axis, and along it
+    r = 1.0 / kappa
+    return np.stack([-r * np.sin(across / r) * s + along * c, r * np.sin(across / r) * c + along * s,
+                     r * (1.0 - np.cos(across / r))], axis=1)
+
+def cylinder_energy_ratio(uv, faces, kappa: float, angle: float = 0.0, *, rule: str = "calibrated", D: float = 1.0,
+                          device=None) -> float:
+    """Hinge energy of the flat mesh (`uv`, `faces`) bent by `bent_cylinder`, with `edge_ke` set by
+    `set_hinge_stiffness(…, rule)`, over the plate's ½ D κ² A."""
+    import newton
+    uv = float_array(uv, "uv", (None, 2), fn="cylinder_energy_ratio")
+    b = newton.ModelBuilder()
+    add_mesh(b, np.c_[uv, np.zeros(len(uv))], faces, density=1.0)
+    set_hinge_stiffness(b, 0, D, rule)
+    term = HingeTerm(IPCModel.from_newton(b.finalize(device=device), device=device))
+    x = wp.array(bent_cylinder(uv, kappa, angle), dtype=wp.vec3d, device=term.device)
+    f = np.asarray(faces)
+    d1, d2 = uv[f[:, 1]] - uv[f[:, 0]], uv[f[:, 2]] - uv[f[:, 0]]
+    area = 0.5 * np.abs(d1[:, 0] * d2[:, 1] - d1[:, 1] * d2[:, 0]).sum()
+    return term.energy(x) / (0.5 * D * kappa**2 * area)
+
+def equilateral_mesh(n: int, h: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    "Flat equilateral triangles of side `h`: n columns × about n rows, `(uv (m, 2), faces int32)`, normals +z."
+    rows = max(2, round((n - 1) * 2 / math.sqrt(3)) + 1)
+    uv = np.array([((i + 0.5 * (r % 2)) * h, r * h * math.sqrt(3) / 2) for r in range(rows) for i in range(n)])
+    f = []
+    for r in range(rows - 1):
+        for i in range(n - 1):
+            a, b, c, d = r * n + i, r * n + i + 1, (r + 1) * n + i + 1, (r + 1) * n + i
+            f += [(a, b, d), (b, c, d)] if r % 2 == 0 else [(a, b, c), (a, c, d)]
+    return uv, np.asarray(f, np.int32)

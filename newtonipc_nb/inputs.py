@@ -11,10 +11,12 @@ import numpy as np
 import pandas as pd
 import warp as wp
 
+from .checks import choice
+
 # %% auto #0
-__all__ = ['BAG_FILM', 'mat32d', 'membrane_lame', 'bending_stiffness', 'hinge_edge_ke', 'hinge_k_theta', 'areal_density', 'Film',
-           'mesh_report', 'grid_faces', 'dihedral_angle', 'ModelError', 'IPCModel', 'newton_particle_active',
-           'add_mesh', 'set_hinge_stiffness']
+__all__ = ['HINGE_RULES', 'BAG_FILM', 'mat32d', 'membrane_lame', 'bending_stiffness', 'hinge_edge_ke', 'hinge_k_theta',
+           'areal_density', 'Film', 'mesh_report', 'grid_faces', 'dihedral_angle', 'ModelError', 'IPCModel',
+           'newton_particle_active', 'add_mesh', 'set_hinge_stiffness']
 
 # %% ../nbs/00_inputs.ipynb #5920d1af
 def membrane_lame(E: float, nu: float, h: float) -> tuple[float, float]:
@@ -29,13 +31,17 @@ def bending_stiffness(E: float, nu: float, h: float) -> float:
         raise ValueError(f"bending_stiffness needs E > 0, h > 0 and -1 < nu < 0.5; got E={E}, nu={nu}, h={h}")
     return E * h**3 / (12.0 * (1.0 - nu * nu))
 
-def hinge_edge_ke(D, length, area):
-    "Newton's per-hinge `edge_ke` = 6 D ℓ / A for rest edge length `length` and summed face area `area` (arrays or scalars)."
-    return 6.0 * D * np.asarray(length, dtype=np.float64) / np.asarray(area, dtype=np.float64)
+HINGE_RULES = {"calibrated": 1.0, "reference": 6.0}   # edge_ke = factor · D ℓ / A
 
-def hinge_k_theta(D, length, area):
-    "Hinge stiffness k_θ = edge_ke · ℓ = 6 D ℓ² / A of the energy ½ k_θ wrap(θ − θ0)²."
-    return hinge_edge_ke(D, length, area) * np.asarray(length, dtype=np.float64)
+def hinge_edge_ke(D, length, area, rule: str = "calibrated"):
+    """Newton's per-hinge `edge_ke` = c D ℓ / A for rest edge length `length` and summed face area `area` (arrays or
+    scalars): c = 1 for `rule="calibrated"` (converges to plate bending), 6 for `rule="reference"`."""
+    c = HINGE_RULES[choice(rule, "rule", sorted(HINGE_RULES), fn="hinge_edge_ke")]
+    return c * D * np.asarray(length, dtype=np.float64) / np.asarray(area, dtype=np.float64)
+
+def hinge_k_theta(D, length, area, rule: str = "calibrated"):
+    "Hinge stiffness k_θ = edge_ke · ℓ (D ℓ² / A calibrated, 6 D ℓ² / A reference) of the energy ½ k_θ wrap(θ − θ0)²."
+    return hinge_edge_ke(D, length, area, rule) * np.asarray(length, dtype=np.float64)
 
 def areal_density(rho: float, h: float) -> float:
     "Mass per unit area ρ h in kg/m²."
@@ -279,8 +285,10 @@ def add_mesh(builder, vertices, faces, *, density: float, mu: float = 0.0, lam: 
         raise ModelError(f"add_mesh: Newton kept {builder.tri_count - tris} of the {len(f)} faces (it drops inverted or degenerate ones)")
     return start
 
-def set_hinge_stiffness(builder, first_edge: int, D: float) -> np.ndarray:
-    "Give every interior edge added to `builder` from index `first_edge` on its own `edge_ke` = 6Dℓ/A; returns them."
+def set_hinge_stiffness(builder, first_edge: int, D: float, rule: str = "calibrated") -> np.ndarray:
+    """Give every interior edge added to `builder` from index `first_edge` on its own `edge_ke` from the plate stiffness
+    `D` by `rule` (`"calibrated"`: D ℓ / A, `"reference"`: 6 D ℓ / A; see `hinge_edge_ke`); returns them."""
+    choice(rule, "rule", sorted(HINGE_RULES), fn="set_hinge_stiffness")
     q = np.asarray(builder.particle_q, dtype=np.float64)
     ke = []
     for i in range(first_edge, len(builder.edge_indices)):
@@ -288,7 +296,7 @@ def set_hinge_stiffness(builder, first_edge: int, D: float) -> np.ndarray:
         if o0 < 0 or o1 < 0: continue
         e = q[v1] - q[v0]
         area = 0.5 * (np.linalg.norm(np.cross(e, q[o0] - q[v0])) + np.linalg.norm(np.cross(e, q[o1] - q[v0])))
-        k = float(hinge_edge_ke(D, np.linalg.norm(e), area))
+        k = float(hinge_edge_ke(D, np.linalg.norm(e), area, rule))
         builder.edge_bending_properties[i] = (k, 0.0)
         ke.append(k)
     return np.asarray(ke)

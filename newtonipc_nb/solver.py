@@ -29,6 +29,7 @@ from .ccd import DeviceStepBound, candidate_step_bounds, fp32_gap_check
 from .intersections import count_intersections
 from .friction import FrictionTerm
 from .linear import LinearSolveError, NewtonSystem, make_linear_solver
+from .rest_contacts import check_rest_contacts
 
 # %% auto #0
 __all__ = ['TIME_KEYS', 'SolverError', 'StepFailure', 'StepStats', 'IterationInfo', 'SolverIPC']
@@ -118,7 +119,9 @@ class SolverIPC(newton.solvers.SolverBase):
     `drag` [0.0 1/s] drag coefficient c of the force −c·m·v on film particles; `skin` [1.5e-3 m] candidate
     reuse distance; `sphere_particles` [None: particles on no triangle] sphere centres; `observer` [None] a
     callable that receives an `IterationInfo` after every Newton iteration; `terms` [()] extra `EnergyTerm`s
-    added to Φ.
+    added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape holds film–film pairs inside
+    `dhat` (a sheet that would lock) is refused with an error naming a `dhat` that works (see
+    `newtonipc_nb.rest_contacts`), unless "allow".
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -126,11 +129,13 @@ class SolverIPC(newton.solvers.SolverBase):
     def __init__(self, model, *, membrane: str = "stvk", dhat: float = 1.0e-3, min_gap: float = 3.0e-5,
                  kappa: float = 1000.0, friction: float = 0.35, max_iterations: int = 150, tolerance: float = 1.2e-5,
                  line_search_trials: int = 48, max_subdivisions: int = 7, step_bound: str = "accd",
-                 linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None, terms=()):
+                 linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None,
+                 terms=(), rest_contacts: str = "refuse"):
         super().__init__(model)
         fn, integer = "SolverIPC", numbers.Integral
         choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)
         choice(step_bound, "option step_bound", ("accd", "normal"), fn=fn)
+        choice(rest_contacts, "option rest_contacts", ("refuse", "allow"), fn=fn)
         for name, v in (("dhat", dhat), ("kappa", kappa), ("tolerance", tolerance)): positive(v, f"option {name}", fn=fn)
         for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)): non_negative(v, f"option {name}", fn=fn)
         option(min_gap, "option min_gap", fn=fn, ok=lambda v: v < dhat, rule=f"smaller than dhat = {dhat}")
@@ -142,6 +147,7 @@ class SolverIPC(newton.solvers.SolverBase):
         for i, t in enumerate(extra):
             if not isinstance(t, EnergyTerm): raise ValueError(f"SolverIPC: terms[{i}] must be an EnergyTerm, got {type(t).__name__}")
         self.ipc = IPCModel.from_newton(model, sphere_particles=sphere_particles)
+        if rest_contacts == "refuse": check_rest_contacts(self.ipc, dhat, min_gap, fn=fn)
         d = self.ipc.device
         self.obstacles = obstacles_from_newton(model, self.ipc.particle_count, friction)
         body_q = model.body_q.numpy() if model.body_q is not None and model.body_count else None

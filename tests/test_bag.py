@@ -307,7 +307,7 @@ def test_groups_select_the_same_places_at_every_resolution(k):
         idx = group_particles(g, k)
         assert len(idx) == 32 * k and np.all(vk[idx, 2] == v1[group_particles(g)][0, 2]), g
     _, _, neck, hem = bag_grid(k)
-    above_neck = np.arange(1 + 32 * k * neck, len(vk))
+    above_neck = np.arange(ring_vertices(neck + 1, k)[0], len(vk))   # rings are stored in order, the neck's next first
     assert np.array_equal(np.sort(group_particles("top_flap", k)), above_neck)
     assert np.array_equal(group_particles("hem", k), np.arange(len(vk) - 32 * k, len(vk))), "the hem is the last ring"
 
@@ -346,10 +346,10 @@ def test_bag_smoke_two_steps_at_resolution_2(tmp_path):
     out = tmp_path / "smoke2.npz"
     tr = run_bag(2 * DT, out=out, progress=False, resolution=2)
     d = load_trajectory(out)
-    assert d["film"].shape == (3, 1921, 3) and d["faces"].shape == (3776, 3) and int(d["resolution"]) == 2
+    assert d["film"].shape == (3, 1761, 3) and d["faces"].shape == (3456, 3) and int(d["resolution"]) == 2
     assert np.array_equal(d["faces"], bag_mesh(2)[1]) and np.all(d["step_min_gap"] > 0)
     m = measure(tr).set_index("measure")["value"]
-    assert m["mesh resolution (rings × columns + centre)"] == "2 (30 × 64 + 1 = 1,921 vertices)"
+    assert m["mesh resolution (rings × columns, vertices)"] == "2 (30 × 64, 1,761 vertices)"
     assert m["self-intersection frames / all frames"] == "0 / 3"
     with pytest.raises(ValueError, match="resolution 1"):               # resuming it as a resolution-1 run is refused
         run_bag(4 * DT, progress=False, resume=out)
@@ -368,9 +368,9 @@ def test_cli_refuses_to_resume_a_run_of_another_resolution(tmp_path):
     v2, f2 = bag_mesh(2)
     two = fake_run(tmp_path / "two.npz", film=np.repeat(v2[None].astype(np.float32), 5, 0), faces=f2)   # an older file: no resolution entry
     one_line(bag_cli("--resume", two, "--out", tmp_path / "b.npz", "--until", 0.1), 2, f"--resume {two}",
-             "a run of the bag mesh at resolution 2 (1921 film vertices)", "this run is at resolution 1", "give --resolution 2 to use it")
+             "a run of the bag mesh at resolution 2 (1761 film vertices)", "this run is at resolution 1", "give --resolution 2 to use it")
     one = fake_run(tmp_path / "one.npz", resolution=np.asarray(1))
     one_line(bag_cli("--resume", one, "--out", tmp_path / "b.npz", "--until", 0.1, "--resolution", "4"), 2,
              "a run of the bag mesh at resolution 1 (481 film vertices)", "this run is at resolution 4", "give --resolution 1")
-    assert read_trajectory(two, 2)["film"].shape == (5, 1921, 3)
+    assert read_trajectory(two, 2)["film"].shape == (5, 1761, 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.npz", "two.npz"]

@@ -10,7 +10,7 @@ import warp as wp
 from newtonipc_nb.inputs import BAG_FILM, IPCModel, ModelError, add_mesh, mesh_report
 from newtonipc_nb.scenes.bag_scene import (BOTTOM_RADIUS, BOTTOM_RINGS, FLAP_EDGE, FLAP_FLARE, NECK, NECK_RING,
     N_RINGS, SHOULDER, SPHERE_RADII, bag_grid, bag_mesh, bag_scene_builder, check_resolution, film_resolution,
-    ring_vertices)
+    ring_and_column, ring_sizes, ring_vertices)
 
 
 @pytest.fixture(scope="module")
@@ -59,15 +59,19 @@ def test_resolution_1_is_the_mesh_of_before():
     assert np.array_equal(bag_mesh()[0], v)
 
 
-@pytest.mark.parametrize("k, n_vertices", [(1, 481), (2, 1921), (4, 7681)])
-def test_bag_mesh_at_every_resolution(k, n_vertices):
+@pytest.mark.parametrize("k, n_vertices, n_faces", [(1, 481, 928), (2, 1761, 3456), (4, 6977, 13824)])
+def test_bag_mesh_at_every_resolution(k, n_vertices, n_faces):
     v, f = bag_mesh(k)
     rings, columns, neck, hem = bag_grid(k)
     assert (rings, columns, neck, hem) == (15 * k, 32 * k, 11 * k, 15 * k)
-    assert v.shape == (n_vertices, 3) and f.shape == (32 * k * (30 * k - 1), 3) and film_resolution(n_vertices) == k
+    assert v.shape == (n_vertices, 3) and f.shape == (n_faces, 3) and film_resolution(n_vertices) == k
     assert np.all(v[0] == 0.0), "vertex 0 is the centre"
-    for r in (1, 2, neck, rings):                    # ring r holds vertices 1 + C(r − 1) … C·r
-        assert ring_vertices(r, k).tolist() == list(range(1 + columns * (r - 1), columns * r + 1))
+    sizes = ring_sizes(k)                            # ring r holds the next sizes[r − 1] vertices after ring r − 1
+    assert sizes[3 * k - 1:].tolist() == [columns] * (rings - 3 * k + 1) and sizes.sum() + 1 == n_vertices
+    for r in (1, 2, neck, rings):
+        assert ring_vertices(r, k).tolist() == list(range(1 + sizes[:r - 1].sum(), 1 + sizes[:r].sum()))
+        ring, col = ring_and_column(ring_vertices(r, k), k)
+        assert (ring == r).all() and col.tolist() == list(range(sizes[r - 1]))
     rep = mesh_report(v, f)
     assert rep["nonmanifold_edges"] == 0 and rep["duplicated_directed_edges"] == 0, "manifold, consistently oriented"
     assert rep["boundary_edges"] == columns and rep["euler_characteristic"] == 1 and rep["min_area"] > 0
@@ -82,8 +86,12 @@ def test_bag_mesh_at_every_resolution(k, n_vertices):
     np.testing.assert_allclose(along, 0.030, rtol=0, atol=1e-15)
     # the same shape: every k-th ring and column is the resolution-1 vertex
     v1 = bag_mesh(1)[0]
-    for r in range(1, 16):
+    for r in range(3 if k > 1 else 1, 16):           # the bottom disc's inner rings hold fewer vertices at k ≥ 2
         assert np.array_equal(v[ring_vertices(k * r, k)][::k], v1[ring_vertices(r)])
+    # the bottom disc at k ≥ 2: near-uniform edges, no centre fan of slivers (see ring_sizes)
+    disc = (v[e][:, :, 2] == 0).all(1)
+    length = np.linalg.norm(v[e[:, 1]] - v[e[:, 0]], axis=1)
+    if k > 1: assert length[disc].max() / length[disc].min() < 2.5 and length[disc].min() > 0.010 / k
     np.testing.assert_allclose(rep["total_area"], mesh_report(*bag_mesh(1))["total_area"], rtol=3e-3)
 
 
@@ -102,7 +110,7 @@ def test_bad_resolution_is_named(bad):
 def test_bag_scene_at_resolution_2_keeps_mass_and_area():
     b1, i1 = bag_scene_builder()
     b2, i2 = bag_scene_builder(resolution=2)
-    assert len(i2.film) == 1921 and len(i2.spheres) == 7 and i2.film.start == 0
+    assert len(i2.film) == 1761 and len(i2.spheres) == 7 and i2.film.start == 0
     m1, m2 = (np.asarray(b.particle_mass)[np.asarray(i.film)].sum() for b, i in ((b1, i1), (b2, i2)))
     np.testing.assert_allclose(m2, m1, rtol=3e-3)
 

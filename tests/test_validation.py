@@ -185,13 +185,13 @@ def test_vbd_harness_takes_a_resolution():
     from newtonipc_nb.scenes.bag_scene import bag_mesh
     from newtonipc_nb.verification.vbd import VBD_DT, compare_vbd, run_vbd_bag, side_by_side_measures, vbd_bag_scene
     sc = vbd_bag_scene("cpu", resolution=2)
-    assert len(sc.film) == 1921 and sc.faces.shape == (3776, 3) and np.array_equal(sc.tie_pairs, tie_pairs(2))
+    assert len(sc.film) == 1761 and sc.faces.shape == (3456, 3) and np.array_equal(sc.tie_pairs, tie_pairs(2))
     rec = run_vbd_bag(8 * VBD_DT, device="cpu", resolution=2)
-    assert rec["stopped"] == "completed" and rec["film"].shape[1:] == (1921, 3) and rec["resolution"] == 2
+    assert rec["stopped"] == "completed" and rec["film"].shape[1:] == (1761, 3) and rec["resolution"] == 2
     v = bag_mesh(2)[0].astype(np.float32)
     rest = dict(film=np.stack([v] * 3), spheres=np.zeros((3, 7, 3), np.float32), faces=bag_mesh(2)[1], time=np.arange(3) * DT,
                 wall_time=1.0, stopped="completed")
-    with pytest.raises(ValueError, match="the ipc run's film has 1921 vertices, the mesh at resolution 1 has 481"):
+    with pytest.raises(ValueError, match="the ipc run's film has 1761 vertices, the mesh at resolution 1 has 481"):
         compare_vbd(2 * DT, ipc=rest, vbd=rec)
     table, _ = compare_vbd(2 * DT, ipc=rest, vbd=rec, resolution=2)
     assert side_by_side_measures(dict(rest, time=np.array([0.0, 3.0, 6.05])))["columns pointing up at 6.05 s (the unfold check)"] == "64 / 64"

@@ -96,7 +96,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="trajectory file to write (default bag_trajectory.npz); the measurement table goes beside it as PATH.json")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="Warp device (default: cuda when present, else cpu)")
     p.add_argument("--resolution", type=resolution_type, default=1, metavar="K",
-                   help="bag mesh resolution: K× the rings and K× the columns, K in 1, 2, 4 (481, 1,921, 7,681 vertices; default 1)")
+                   help="bag mesh resolution: K× the rings and K× the columns, K in 1, 2, 4 (481, 1,761, 6,977 vertices; default 1)")
     p.add_argument("--every", type=number_type(int, 1, False, "a whole number"), default=1, metavar="N",
                    help="store every N-th step, N ≥ 1 (default 1; only runs stored with 1 can be resumed)")
     p.add_argument("--resume", default=None, metavar="PATH.npz", help="continue a saved run (stored with --every 1) instead of starting at t = 0")

@@ -25,7 +25,7 @@ def _neck_and_hem(film: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ring_vertices(neck, k), ring_vertices(hem, k)
 
 def neck_width(film: np.ndarray) -> tuple[float, float]:
-    "Neck width (x, y) in metres of one film frame (481, 3) at resolution 1, (1 + 480k², 3) at k."
+    "Neck width (x, y) in metres of one film frame (481, 3) at resolution 1, (len(bag_mesh(k)[0]), 3) at k."
     n = film[_neck_and_hem(film)[0]]
     return float(np.ptp(n[:, 0])), float(np.ptp(n[:, 1]))
 
@@ -106,7 +106,7 @@ def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame
     nx, ny = neck_width(film[k])
     inside = inside_bag(sph[-1], film[-1], faces)
     res = trajectory_resolution(traj)
-    rows = [("mesh resolution (rings × columns + centre)", f"{res} ({15 * res} × {32 * res} + 1 = {film.shape[1]:,} vertices)", ""),
+    rows = [("mesh resolution (rings × columns, vertices)", f"{res} ({15 * res} × {32 * res}, {film.shape[1]:,} vertices)", ""),
             ("time of the measured frame", f"{t[k]:.4f}", "s"),
             ("neck width x × y", f"{1e3 * nx:.2f} × {1e3 * ny:.2f}", "mm"),
             ("flap height", f"{1e3 * flap_height(film[k]):.2f}", "mm"),

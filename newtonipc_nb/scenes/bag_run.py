@@ -102,7 +102,7 @@ def trajectory_resolution(data: dict) -> int:
     return int(data["resolution"]) if "resolution" in data else film_resolution(np.shape(data["film"])[1])
 
 def read_trajectory(path, resolution: int = 1, flag: str = "--resolution") -> dict:
-    "`load_trajectory` for a file given by a user: `BadInput` naming the file (and the command-line `flag` that picks the resolution) unless it is a readable .npz of a run at `resolution` with `film` (n, 481, 3) at resolution 1 (1 + 480k² vertices at k), `spheres` (n, 7, 3), `faces` (928, 3) at resolution 1 and `time` (n,), every value finite."
+    "`load_trajectory` for a file given by a user: `BadInput` naming the file (and the command-line `flag` that picks the resolution) unless it is a readable .npz of a run at `resolution` with `film` (n, 481, 3) at resolution 1 (the vertex count of `bag_mesh(k)`), `spheres` (n, 7, 3), `faces` (928, 3) at resolution 1 and `time` (n,), every value finite."
     path = Path(path)
     if not path.exists(): raise BadInput(f"{path}: no such file")
     if not path.is_file(): raise BadInput(f"{path}: not a regular file")

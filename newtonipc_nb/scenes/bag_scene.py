@@ -19,8 +19,9 @@ from ..solver import SolverIPC
 __all__ = ['N_RINGS', 'N_COLUMNS', 'NECK_RING', 'HEM_RING', 'BOTTOM_RINGS', 'BOTTOM_RADIUS', 'SHOULDER', 'NECK', 'FLAP_EDGE',
            'FLAP_FLARE', 'BIN_RADIUS', 'BIN_HEIGHT', 'RESOLUTIONS', 'SPHERE_RADII', 'SPHERE_DENSITY',
            'SPHERE_COLUMN_BOTTOM', 'SPHERE_COLUMN_GAP', 'SPHERE_DROP_XY', 'DT', 'DRAG', 'TOL_HANDLING', 'TOL_RELEASED',
-           'SCENE_OPTIONS', 'check_resolution', 'bag_grid', 'film_resolution', 'ring_vertices', 'bag_mesh', 'bin_mesh',
-           'floor_mesh', 'SceneIndex', 'sphere_column', 'bag_scene_builder', 'BagScene']
+           'SCENE_OPTIONS', 'check_resolution', 'bag_grid', 'ring_sizes', 'film_resolution', 'ring_vertices',
+           'ring_and_column', 'bag_mesh', 'bin_mesh', 'floor_mesh', 'SceneIndex', 'sphere_column', 'bag_scene_builder',
+           'BagScene']
 
 # %% ../../nbs/23_bag_scene.ipynb #1108482a
 N_RINGS, N_COLUMNS = 15, 32
@@ -47,17 +48,41 @@ def bag_grid(resolution: int = 1) -> tuple[int, int, int, int]:
     k = check_resolution(resolution)
     return N_RINGS * k, N_COLUMNS * k, NECK_RING * k, HEM_RING * k
 
+def ring_sizes(resolution: int = 1) -> np.ndarray:
+    """Vertex count of each ring 1 … 15k: 32k on the wall and flap; inside the bottom disc at k ≥ 2, round(32 j / 3) on
+    ring j, so the disc's edges are all about as long as at its rim (k = 1 keeps 32 on every ring)."""
+    rings, columns, _, _ = bag_grid(resolution)
+    n = np.full(rings, columns, dtype=np.int64)
+    if resolution > 1:
+        j = np.arange(1, BOTTOM_RINGS * resolution)
+        n[: len(j)] = np.round(N_COLUMNS * j / BOTTOM_RINGS).astype(np.int64)
+    return n
+
+def _ring_starts(resolution: int) -> np.ndarray:
+    return 1 + np.concatenate([[0], np.cumsum(ring_sizes(resolution))])
+
 def film_resolution(n_vertices: int) -> int:
-    "The resolution whose bag mesh has `n_vertices` vertices (1 + 480 k²), else a `ValueError` naming the count."
-    for k in RESOLUTIONS:
-        if n_vertices == 1 + N_RINGS * N_COLUMNS * k * k: return k
-    raise ValueError(f"{n_vertices} vertices is no bag mesh (resolutions {RESOLUTIONS} have {[1 + N_RINGS * N_COLUMNS * k * k for k in RESOLUTIONS]})")
+    "The resolution whose bag mesh has `n_vertices` vertices (481, 1,761 or 6,977), else a `ValueError` naming it."
+    counts = {k: int(_ring_starts(k)[-1]) for k in RESOLUTIONS}
+    for k, n in counts.items():
+        if n_vertices == n: return k
+    raise ValueError(f"{n_vertices} vertices is no bag mesh (resolutions {RESOLUTIONS} have {list(counts.values())})")
 
 def ring_vertices(k: int, resolution: int = 1) -> np.ndarray:
     "The int32 vertex indices of ring `k` (1 … 15·resolution) of the bag mesh, column by column."
-    rings, columns, _, _ = bag_grid(resolution)
+    rings, _, _, _ = bag_grid(resolution)
     if not 1 <= k <= rings: raise ValueError(f"ring index must be in 1..{rings} at resolution {resolution}, got {k}")
-    return np.arange(1 + columns * (k - 1), 1 + columns * k, dtype=np.int32)
+    s = _ring_starts(resolution)
+    return np.arange(s[k - 1], s[k], dtype=np.int32)
+
+def ring_and_column(particles, resolution: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    "Ring (1 … 15k) and column of each bag-mesh vertex index in `particles` (≥ 1; vertex 0 is the centre)."
+    p = np.asarray(particles, dtype=np.int64)
+    s = _ring_starts(resolution)
+    if p.size and (p.min() < 1 or p.max() >= s[-1]):
+        raise ValueError(f"bag vertex indices must be in 1..{s[-1] - 1} at resolution {resolution}")
+    ring = np.searchsorted(s, p, side="right")
+    return ring, p - s[ring - 1]
 
 # %% ../../nbs/23_bag_scene.ipynb #11a9c724
 def _ring_profile(resolution: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -79,21 +104,38 @@ def _ring_profile(resolution: int = 1) -> tuple[np.ndarray, np.ndarray]:
     fine[n - 1::n] = p[1:]                                               # every k-th ring exactly a resolution-1 ring
     return fine[:, 0], fine[:, 1]
 
+def _zip_rings(lo: np.ndarray, hi: np.ndarray) -> list:
+    """Triangles between an inner ring `lo` and an outer ring `hi` of different counts, both starting at angle 0:
+    advance along whichever ring's next vertex comes first in angle; normals point down (out of the bottom)."""
+    na, nb, i, j, f = len(lo), len(hi), 0, 0, []
+    while i < na or j < nb:
+        if j == nb or (i < na and (i + 1) * nb <= (j + 1) * na):
+            f.append((lo[i], lo[(i + 1) % na], hi[j % nb]))
+            i += 1
+        else:
+            f.append((lo[i % na], hi[(j + 1) % nb], hi[j]))
+            j += 1
+    return f
+
 def bag_mesh(resolution: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """The open garbage bag at `resolution` k: `(vertices (1 + 480k², 3) float64, faces (32k(30k − 1), 3) int32)`, normals
-    pointing outward; k = 1 is 481 vertices and 928 faces."""
+    """The open garbage bag at `resolution` k: `(vertices (n, 3) float64, faces (m, 3) int32)`, normals pointing
+    outward; k = 1 is 481 vertices and 928 faces, k = 2 and 4 have 1,761 / 6,977 vertices (`ring_sizes`: the disc)."""
     rings, columns, _, _ = bag_grid(resolution)
     r, z = _ring_profile(resolution)
-    phi = 2.0 * np.pi * np.arange(columns) / columns
-    rings_xyz = np.stack([np.stack([rk * np.cos(phi), rk * np.sin(phi), np.full(columns, zk)], axis=1)
-                          for rk, zk in zip(r, z)])
-    vertices = np.concatenate([np.zeros((1, 3)), rings_xyz.reshape(-1, 3)])
+    rings_xyz = []
+    for rk, zk, n in zip(r, z, ring_sizes(resolution)):
+        phi = 2.0 * np.pi * np.arange(n) / n
+        rings_xyz.append(np.stack([rk * np.cos(phi), rk * np.sin(phi), np.full(n, zk)], axis=1))
+    vertices = np.concatenate([np.zeros((1, 3))] + rings_xyz)
     faces = []
     ring1 = ring_vertices(1, resolution)
-    for j in range(columns):     # the centre fan of the bottom, seen from below counter-clockwise
-        faces.append((0, ring1[(j + 1) % columns], ring1[j]))
+    for j in range(len(ring1)):     # the centre fan of the bottom, seen from below counter-clockwise
+        faces.append((0, ring1[(j + 1) % len(ring1)], ring1[j]))
     for k in range(1, rings):
         lo, hi = ring_vertices(k, resolution), ring_vertices(k + 1, resolution)
+        if len(lo) != len(hi):
+            faces += _zip_rings(lo, hi)
+            continue
         for j in range(columns):
             j1 = (j + 1) % columns
             a, b, c, d = lo[j], lo[j1], hi[j1], hi[j]   # quad lo[j] → lo[j+1] → hi[j+1] → hi[j], outward
@@ -142,13 +184,16 @@ def sphere_column(radii=SPHERE_RADII, drop_xy=SPHERE_DROP_XY, bottom: float = SP
     for r0, r1 in zip(radii[:-1], radii[1:]): z.append(z[-1] + r0 + r1 + gap)
     return np.concatenate([np.asarray(drop_xy, dtype=np.float64), np.asarray(z)[:, None]], axis=1)
 
-def bag_scene_builder(film: Film = BAG_FILM, bag_offset=(0.0, 0.0, 0.002), resolution: int = 1):
-    "A `newton.ModelBuilder` holding the bag film (mesh at `resolution`), a fixed bin and floor, and the 7 spheres; returns `(builder, SceneIndex)`."
+def bag_scene_builder(film: Film = BAG_FILM, bag_offset=(0.0, 0.0, 0.002), resolution: int = 1,
+                      hinge_rule: str = "reference"):
+    """A `newton.ModelBuilder` holding the bag film (mesh at `resolution`), a fixed bin and floor, and the 7 spheres;
+    returns `(builder, SceneIndex)`. The film's hinges use the reference implementation's rule by default, so the
+    scene's numbers stay comparable with it; `hinge_rule="calibrated"` gives plate bending (`set_hinge_stiffness`)."""
     b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
     V, F = bag_mesh(resolution)
     first_edge = len(b.edge_indices)
     f0 = add_mesh(b, V + np.asarray(bag_offset), F, density=film.areal_density, mu=film.mu, lam=film.lam)
-    set_hinge_stiffness(b, first_edge, film.D)
+    set_hinge_stiffness(b, first_edge, film.D, rule=hinge_rule)
     film_r = range(f0, b.particle_count)
     bv, bf = bin_mesh()
     b0 = add_mesh(b, bv, bf, density=0.0); bin_r = range(b0, b.particle_count)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .bag_scene import (SPHERE_RADII, TOL_RELEASED, bag_grid, bag_mesh, check_resolution,
-                                           ring_vertices)
+                                           ring_and_column, ring_vertices)
 
 # %% auto #0
 __all__ = ['GROUP_STIFFNESS', 'GRIP_COLUMNS', 'FLAP_COLUMNS', 'BAND_RINGS', 'BODY_RING', 'BAND_COLUMNS', 'SPHERE_DROPS',
@@ -108,7 +108,8 @@ def _rest_flap_offsets(resolution: int = 1):
     "Radial and vertical offsets (rings × columns) of each rest vertex from its neck-column vertex, mesh at `resolution`."
     rings, columns, neck, _ = bag_grid(resolution)
     v = bag_mesh(resolution)[0]
-    idx = np.array([ring_vertices(k, resolution) if k else np.zeros(columns, int) for k in range(rings + 1)])
+    # rows for rings 0 … 15k; only rings from the neck on are read, and the bottom disc's rings hold other counts
+    idx = np.array([ring_vertices(k, resolution) if k >= neck else np.zeros(columns, int) for k in range(rings + 1)])
     r, z = np.linalg.norm(v[idx, :2], axis=2), v[idx, 2]
     return r - r[neck], z - z[neck]
 
@@ -117,8 +118,8 @@ def _goal(kind: str, particles: np.ndarray, x: np.ndarray, p: dict, resolution: 
     "Goal positions of a `goto` move, from the positions `x` when it starts (mesh at `resolution`)."
     c = _neck_centre(x, resolution)
     if kind == "flap_rest":        # each flap point where the rest shape puts it relative to its own neck column
-        _, columns, neck, _ = bag_grid(resolution)
-        ring, col = (particles - 1) // columns + 1, (particles - 1) % columns
+        neck = bag_grid(resolution)[2]
+        ring, col = ring_and_column(particles, resolution)
         n = x[ring_vertices(neck, resolution)[col]]
         u = n[:, :2] - c[:2]; u /= np.linalg.norm(u, axis=1, keepdims=True)
         rest_dr, rest_dz = _rest_flap_offsets(resolution)

@@ -78,7 +78,7 @@ def incline_scene(theta_deg: float, body: str = "sphere", *, radius: float = 0.0
         V = U.reshape(-1, 1) * d + W.reshape(-1, 1) * e
         first = len(b.edge_indices)
         add_mesh(b, V, grid_faces(n), density=film.areal_density, mu=film.mu, lam=film.lam)
-        set_hinge_stiffness(b, first, film.D)
+        set_hinge_stiffness(b, first, film.D, rule="reference")
         idx = np.arange(n * n)
     P = INCLINE_PLANE[:, :1] * d + INCLINE_PLANE[:, 1:] * e
     add_mesh(b, P, np.array([[0, 1, 2]], np.int32), density=0.0)

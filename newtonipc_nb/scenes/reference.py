@@ -14,7 +14,7 @@ import warp as wp
 from ..inputs import BAG_FILM, add_mesh, grid_faces, set_hinge_stiffness
 
 # %% auto #0
-__all__ = ['hinge_scene', 'sheet_on_sphere']
+__all__ = ['hinge_scene', 'sheet_on_sphere', 'clamped_strip', 'strip_sag']
 
 # %% ../../nbs/22_reference_scenes.ipynb #e9ffe1a7
 def _rot_y(p, angle):
@@ -43,7 +43,7 @@ def hinge_scene(kind: str = "vt", *, speed: float = 0.25, height: float = 1.5e-3
     b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
     first = len(b.edge_indices)
     add_mesh(b, rest + [0, 0, 0.05], np.array([[0, 2, 3], [1, 3, 2]], dtype=np.int32), density=film.areal_density, mu=film.mu, lam=film.lam)
-    set_hinge_stiffness(b, first, film.D)
+    set_hinge_stiffness(b, first, film.D, rule="reference")
     add_mesh(b, obstacle_v, obstacle_f, density=0.0)
     model = b.finalize(device=device)
     state = model.state()
@@ -60,8 +60,44 @@ def sheet_on_sphere(n: int = 15, size: float = 0.08, device=None):
     f = grid_faces(n)
     first = len(b.edge_indices)
     add_mesh(b, v, f, density=BAG_FILM.areal_density, mu=BAG_FILM.mu, lam=BAG_FILM.lam)
-    set_hinge_stiffness(b, first, BAG_FILM.D)
+    set_hinge_stiffness(b, first, BAG_FILM.D, rule="reference")
     add_mesh(b, np.array([[-0.1, -0.1, -0.021], [0.1, -0.1, -0.021], [0.1, 0.1, -0.021], [-0.1, 0.1, -0.021]]), np.array([[0, 1, 2], [0, 2, 3]], np.int32), density=0.0)
     b.add_particle(wp.vec3(0.0, 0.0, 0.0), wp.vec3(0.0, 0.0, 0.0), mass=0.0, radius=0.02)
     return b.finalize(device=device), f
 
+
+# %% ../../nbs/22_reference_scenes.ipynb #0cef93f6
+def clamped_strip(cell: float, *, length: float = 0.010, width: float = 0.0025, rule: str = "calibrated", film=None,
+                  device=None):
+    """A strip of `film` (default the bag film) on a grid of about `cell`-wide squares, clamped at x ≤ 0, hinges by
+    `rule`. Returns `(model, tip particle indices, plate deflection qL⁴/8D, beam deflection qL⁴/(8Eh³/12))`, in m."""
+    film = film or BAG_FILM
+    nx, ny = round(length / cell) + 1, max(2, round(width / cell) + 1)
+    dx = length / (nx - 1)
+    u, v = np.meshgrid(np.linspace(-dx, length, nx + 1), np.linspace(0.0, width, ny), indexing="ij")
+    faces = []
+    for i in range(nx):
+        for j in range(ny - 1):
+            a, c0, c1, d = i * ny + j, (i + 1) * ny + j, (i + 1) * ny + j + 1, i * ny + j + 1
+            faces += [(a, c0, c1), (a, c1, d)] if (i + j) % 2 == 0 else [(a, c0, d), (c0, c1, d)]
+    b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
+    first = len(b.edge_indices)
+    start = add_mesh(b, np.stack([u.ravel(), v.ravel(), np.zeros(u.size)], 1), np.asarray(faces, np.int32),
+                     density=film.areal_density, mu=film.mu, lam=film.lam)
+    set_hinge_stiffness(b, first, film.D, rule=rule)
+    for i in range(2 * ny):                                   # columns x = −dx and x = 0: the clamp
+        b.particle_mass[start + i] = 0.0
+    q = film.areal_density * 9.81
+    plate = q * length**4 / (8 * film.D)
+    beam = q * length**4 / (8 * film.E * film.h**3 / 12)
+    return b.finalize(device=device), start + nx * ny + np.arange(ny), plate, beam
+
+def strip_sag(model, tip, *, steps: int = 120, dt: float = 1 / 240, **options) -> float:
+    "Mean downward deflection (m) of the `tip` particles after `steps` SolverIPC steps of `model` from rest."
+    from newtonipc_nb.solver import SolverIPC
+    solver = SolverIPC(model, **options)
+    s0, s1 = model.state(), model.state()
+    for _ in range(steps):
+        solver.step(s0, s1, None, None, dt)
+        s0, s1 = s1, s0
+    return float(-s0.particle_q.numpy()[tip, 2].mean())

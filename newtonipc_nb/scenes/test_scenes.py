@@ -11,12 +11,12 @@ import numpy as np
 from ..candidates import ContactSet
 from ..distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT
 from ..inputs import BAG_FILM, IPCModel, add_mesh
-from .bag_scene import bag_mesh, ring_vertices
+from .bag_scene import BOTTOM_RINGS, NECK_RING, bag_mesh, ring_vertices
 
 # %% auto #0
 __all__ = ['bag_film_model', 'flattened_bag', 'folded_bag', 'crumpled_bag', 'barrier_test_scene', 'through_face_scene',
-           'random_soup', 'grid_sheet', 'folded_sheet', 'crumpled_sheet', 'flat_crumpled_sheet', 'bag_step_states',
-           'random_triangles']
+           'bag_wall_patch', 'random_soup', 'grid_sheet', 'folded_sheet', 'crumpled_sheet', 'flat_crumpled_sheet',
+           'bag_step_states', 'random_triangles']
 
 # %% ../../nbs/20_test_scenes.ipynb #2749fae4
 def bag_film_model(device=None) -> IPCModel:
@@ -76,6 +76,22 @@ def through_face_scene(min_gap: float = 3e-5, height: float = 1.025e-3, drop: fl
     x = np.array([[0.0, 0.0, height], [-0.01, -0.01, 0.0], [0.01, -0.01, 0.0], [0.0, 0.01, 0.0]])
     dx = np.zeros_like(x); dx[0, 2] = -drop
     return x, dx, ContactSet.from_numpy([[0, 1, 2, 3]], [KIND_VT], [min_gap], device="cpu")
+
+# %% ../../nbs/20_test_scenes.ipynb #513a74f0
+def bag_wall_patch(k: int) -> tuple[np.ndarray, np.ndarray]:
+    "Rings 3k … 10k and the first 16k + 1 columns of the bag mesh at resolution k, unrolled flat (u around, v up)."
+    V, F = bag_mesh(k)
+    rings, cols = range(BOTTOM_RINGS * k, (NECK_RING - 1) * k + 1), 16 * k + 1
+    ids = np.stack([ring_vertices(r, k)[:cols] for r in rings])
+    r_mean = np.linalg.norm(V[ids][..., :2], axis=-1).mean()
+    s = np.r_[0.0, np.cumsum(np.linalg.norm(np.diff(V[ids[:, 0]], axis=0)[:, [0, 2]], axis=1))]
+    u = np.arange(cols) * 2 * np.pi / (32 * k) * r_mean
+    uv = np.stack(np.meshgrid(u, s), -1).reshape(-1, 2)
+    local = -np.ones(len(V), np.int64)
+    local[ids.ravel()] = np.arange(ids.size)
+    keep = (local[F] >= 0).all(1)
+    return uv, local[F[keep]].astype(np.int32)
+
 
 # %% ../../nbs/20_test_scenes.ipynb #0f76b9f8
 def random_soup(rng, n_tri: int | None = None, size: float | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -66,7 +66,7 @@ def vbd_bag_scene(device=None, *, iterations: int = VBD_ITERATIONS, bag_offset=(
     V, F = bag_mesh(resolution)
     e0 = len(b.edge_indices)
     add_mesh(b, V + np.asarray(bag_offset), F, density=BAG_FILM.areal_density, mu=BAG_FILM.mu, lam=BAG_FILM.lam)
-    set_hinge_stiffness(b, e0, BAG_FILM.D)
+    set_hinge_stiffness(b, e0, BAG_FILM.D, rule="reference")
     n_film = b.particle_count
     for i in range(n_film): b.particle_radius[i] = VBD_CONTACT_RADIUS
     tp = tie_pairs(resolution)
