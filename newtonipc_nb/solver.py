@@ -31,7 +31,7 @@ from .friction import FrictionTerm
 from .linear import LinearSolveError, NewtonSystem, make_linear_solver
 
 # %% auto #0
-__all__ = ['TIME_KEYS', 'SolverError', 'StepFailure', 'StepStats', 'IterationInfo', 'SolverIPC']
+__all__ = ['MIN_DT', 'TIME_KEYS', 'SolverError', 'StepFailure', 'StepStats', 'IterationInfo', 'SolverIPC']
 
 # %% ../nbs/10_solver.ipynb #ac896858
 class SolverError(RuntimeError):
@@ -39,6 +39,8 @@ class SolverError(RuntimeError):
 
 class StepFailure(Exception):
     "A step attempt whose result must be discarded (the caller subdivides)."
+
+MIN_DT = 1e-12    # s: the smallest dt `step` accepts, far below any useful step; halved 30 times, m/dt² is still finite
 
 TIME_KEYS = ("candidates", "assembly", "factorisation", "solve", "ccd", "line_search")
 
@@ -163,6 +165,7 @@ class SolverIPC(newton.solvers.SolverBase):
         self._bound = DeviceStepBound(step_bound, device=d)
         self.last_stats: StepStats | None = None
         self._last_out = None
+        self._kept, self._open = self._keep(), False
 
     @property
     def terms(self) -> list[EnergyTerm]:
@@ -394,6 +397,21 @@ def _advance(self: SolverIPC, x0, v0, f, dt, level, st: StepStats):
         return self._advance(x, v, f, dt / 2, level + 1, st)
 
 @patch
+def _keep(self: SolverIPC) -> tuple:
+    "References to what a finished step leaves for the next one (no copies: none of it is changed in place)."
+    return self.system.pattern_state(), self.search.built_from
+
+@patch
+def _rollback(self: SolverIPC):
+    "Put every structure kept between steps back as the last finished step left it, and drop what is rebuilt anyway."
+    pattern, built_from = self._kept
+    self.system.restore_pattern(pattern)
+    self.linear.invalidate()
+    self.search.restore(built_from)
+    self.friction.clear()
+    self._near = None
+
+@patch
 def _check_state(self: SolverIPC, state, name: str):
     "`state` must hold wp.vec3 particle_q and particle_qd arrays of this model's particle count on the solver's device."
     n = self.ipc.particle_count
@@ -433,16 +451,23 @@ def step(self: SolverIPC, state_in, state_out, control, contacts, dt: float):
     "Advance `state_in` by `dt` into `state_out`. `control` and `contacts` are not needed (may be None)."
     if isinstance(dt, bool) or not isinstance(dt, numbers.Real) or not (math.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be a finite number > 0, got {dt!r}")
+    if dt < MIN_DT:
+        raise ValueError(f"dt = {dt!r} s is below {MIN_DT:g} s: the inertia stiffness m/dt² and the velocity (x − x₀)/dt lose "
+                         f"their meaning there; give a step ≥ {MIN_DT:g} s (the bag scene takes 1/240 s)")
     self._check_state(state_out, "state_out")
     x0, v0, f = self._read_state(state_in)
     # a start that is this solver's last output is known to be free of intersections: skip the exact test
     if self._last_out is None or not np.array_equal(x0, self._last_out): self._check_intersections(x0)
     st = StepStats(dt=dt)
     self.last_stats = st
+    if self._open: self._rollback()     # the last step did not finish: put back what it left half-changed
+    self._open = True
     x, v = self._advance(x0, v0, f, dt, 0, st)
     state_out.particle_q.assign(x.astype(np.float32))
     state_out.particle_qd.assign(v.astype(np.float32))
     self._last_out = x
+    self._kept = self._keep()
+    self._open = False
 
 # %% ../nbs/10_solver.ipynb #26d4f68b
 __getattr__, __dir__ = moved(__name__, {"newtonipc_nb.scenes.reference": "hinge_scene sheet_on_sphere"})
