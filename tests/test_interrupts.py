@@ -10,6 +10,9 @@ from newtonipc_nb.barrier import BarrierTerm
 from newtonipc_nb.candidates import CandidateSearch
 from newtonipc_nb.friction import FrictionTerm
 from newtonipc_nb.linear import NewtonSystem, PardisoSolver, ScalarCSR
+from newtonipc_nb.scenes.bag_run import apply_controls
+from newtonipc_nb.scenes.bag_scene import BagScene
+from newtonipc_nb.scenes.choreography import Choreographer
 from newtonipc_nb.scenes.reference import hinge_scene
 from newtonipc_nb.solver import SolverIPC
 
@@ -108,3 +111,46 @@ def test_interrupted_step_retakes_the_uninterrupted_result(point, kind, referenc
         assert np.abs(a.particle_q.numpy() - q).max() <= 1e-12, (point, j, fired_at)
         assert np.abs(a.particle_qd.numpy() - qd).max() <= 1e-12, (point, j, fired_at)
     assert fired_at is not None, f"{point}: never reached in {STEPS} steps"
+
+
+def _bag_step(scene, ch, k):
+    "Step k + 1 of the bag scene: its controls, then the solver (as run_bag does)."
+    apply_controls(scene, ch.controls((k + 1) * DT, scene.positions()))
+    scene.solver.step(scene.state, scene.scratch, None, None, DT)
+
+
+def test_interrupted_bag_steps_retake_the_uninterrupted_result(monkeypatch):
+    """The bag scene (hundreds of candidates, friction, a pattern that grows): one solver interrupted at each of several
+    stage boundaries in turn, step after step, stays on the trajectory of one that never was."""
+    def scene():
+        s = BagScene.build("cpu", 1, linear_solver=PardisoSolver(threads=1))
+        return s, Choreographer(None, resolution=1)
+    ref, ch = scene()
+    expected = []
+    for k in range(BAG_STEPS):
+        _bag_step(ref, ch, k)
+        ref.state, ref.scratch = ref.scratch, ref.state
+        expected.append(ref.state.particle_q.numpy().copy())
+    sc, ch = scene()
+    traps = [(p, install(monkeypatch, p)) for p in BAG_POINTS]
+    fired, k = [], 0
+    for point, trap in traps:
+        while k < BAG_STEPS:
+            trap.armed = True
+            try:
+                _bag_step(sc, ch, k)
+            except KeyboardInterrupt:
+                fired.append(point)
+                sc.solver.step(sc.state, sc.scratch, None, None, DT)    # the controls are set: take the step again
+            trap.armed = False
+            sc.state, sc.scratch = sc.scratch, sc.state
+            assert np.abs(sc.state.particle_q.numpy() - expected[k]).max() <= 1e-12, (point, k)
+            k += 1
+            if trap.fired: break
+    assert fired == BAG_POINTS, f"reached {fired} of {BAG_POINTS} in {BAG_STEPS} steps"
+
+
+BAG_STEPS = 24
+BAG_POINTS = ["pattern update: right after bsr_set_from_triplets", "factorisation (PARDISO phase 22) done",
+              "candidate query done, set not yet counted", "friction lagged", "line search done", "second Newton iteration done",
+              "attempt done, state_out not written"]

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['bag', 'validate']
 
-# %% ../../nbs/27a_launch.ipynb #7723da91
+# %% ../../nbs/27a_launch.ipynb #130854bd
 import importlib
 import sys
 
