@@ -151,6 +151,7 @@ def test_interrupted_bag_steps_retake_the_uninterrupted_result(monkeypatch):
 
 
 BAG_STEPS = 40
-BAG_POINTS = ["attempt done, state_out not written", "second Newton iteration done", "friction lagged",
+BAG_POINTS = ["pattern update: right after bsr_set_from_triplets",     # the bag's pattern grows in the first steps only
+              "attempt done, state_out not written", "second Newton iteration done", "friction lagged",
               "candidate query done, set not yet counted", "factorisation (PARDISO phase 22) done",
-              "pattern update: right after bsr_set_from_triplets", "line search done"]
+              "line search done"]                                         # the first steps need none: the bag rests
