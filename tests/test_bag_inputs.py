@@ -74,6 +74,7 @@ def nothing_computed(monkeypatch):
     (dict(on_save=1), "on_save: a callable", None),
     (dict(resume=5), "resume: a path to a saved run or a dict of its arrays, got int", None),
     (dict(device="tpu"), "device tpu: not a device of this machine", None),
+    (dict(kapa=1.0), "kapa: neither an argument of run_bag nor an option of SolverIPC", None),
 ])
 def test_run_bag_refuses_bad_arguments_before_building_anything(kwargs, says, cli_args, nothing_computed, tmp_path):
     with pytest.raises(BadInput) as e:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import inspect
 import math
 import numbers
 import os
@@ -22,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import warp as wp
+
+from ..solver import SolverIPC
 
 from .bag_scene import DT, BagScene, check_resolution, film_resolution
 from .choreography import Choreographer, Controls, group_particles
@@ -380,6 +383,8 @@ def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progr
     `save_every` seconds of wall time and when the run stops for any reason (`on_save(traj, out)` is called after each write);
     a write that fails stops the run at once with `TrajectoryWriteError` (the file keeps the last good write)."""
     device = _check_run_args(until, every, device, out, progress, timeline, resume_at, save_every, on_save, resolution)
+    unknown = sorted(set(solver_options) - set(inspect.signature(SolverIPC).parameters) - {"model"})
+    if unknown: raise BadInput(f"{unknown[0]}: neither an argument of run_bag nor an option of SolverIPC (see help(SolverIPC))")
     data = None
     if resume is not None and not isinstance(resume, (str, os.PathLike, dict)):
         raise BadInput(f"resume: a path to a saved run or a dict of its arrays, got {type(resume).__name__}")
