@@ -170,7 +170,7 @@ def apply_controls(scene: BagScene, c: Controls):
     s = scene.solver
     if len(c.support_particles): s.set_supports(c.support_particles, c.support_targets, c.support_stiffness)
     else: s.clear_supports()
-    if c.tie_pairs is not None: s.set_tie(c.tie_pairs, c.tie_lengths)
+    if c.tie_pairs is not None: s.set_tie(c.tie_pairs, c.tie_lengths, c.tie_stiffness)
     else: s.clear_tie()
     if c.tolerance is not None: s.options["tolerance"] = c.tolerance
     f = np.zeros((scene.model.particle_count, 3), np.float32)
@@ -181,13 +181,14 @@ def apply_controls(scene: BagScene, c: Controls):
 
 def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progress: bool = True, timeline=None,
             resume=None, resume_at: float | None = None, save_every: float = 5.0, on_save=None, resolution: int = 1,
-            **solver_options) -> Trajectory:
+            choreography=None, film=None, **solver_options) -> Trajectory:
     """Run the bag scene, its mesh at `resolution`, to `until` seconds, from t = 0 or from a saved run (`resume`: path or dict, at `resume_at`, default its last frame); returns the `Trajectory`.
     With `out`, the trajectory is written there every `save_every` seconds of wall time and when the run stops for any reason
-    (`on_save(traj, out)` is called after each write); a write that fails stops the run with `TrajectoryWriteError`."""
+    (`on_save(traj, out)` is called after each write); a write that fails stops the run with `TrajectoryWriteError`.
+    `choreography` (a `Choreography`, default today's) sets the tie and neck handling, `film` (a `Film`, default `BAG_FILM`) the bag's material."""
     from tqdm.auto import tqdm
-    scene = BagScene.build(device, resolution, **solver_options)
-    ch = Choreographer(timeline, resolution=scene.resolution)
+    scene = BagScene.build(device, resolution, film=film, **solver_options)
+    ch = Choreographer(timeline, resolution=scene.resolution, choreography=choreography)
     if resume is None:
         n_faces = len(bag_mesh(scene.resolution)[1])
         traj, k0 = Trajectory(faces=scene.solver.ipc.tri.numpy()[:n_faces].copy(), resolution=scene.resolution), 0
