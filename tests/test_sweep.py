@@ -1,7 +1,7 @@
 """newtonipc-sweep: bad sweep files refused in one line; the same rows on the embedded cluster and on a hand-started
 TCP cluster; a worker killed mid-sweep; a rerun after Ctrl-C runs only the missing tasks; failed rows and --retry-failed."""
-import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from newtonipc_nb.scenes.bag_run import BadInput
 from newtonipc_nb.scenes.bag_scene import DT
 from newtonipc_nb.scenes.sweep import RUN_METADATA, THREAD_ENV, Task, main, pending, read_row, read_sweep, run_sweep, run_task
 
@@ -185,3 +186,18 @@ def test_rerun_after_ctrl_c_runs_only_missing_tasks(tmp_path):
     assert (pd.read_parquet(folder / "sweep.parquet")["status"] == "done").all()
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "3 already in" in again.stderr and "Dask:" not in again.stderr
+
+
+def test_resume_key_continues_a_saved_run(tmp_path):
+    run_task(Task("prefix", "", dict(until=4 * DT)), tmp_path)
+    (tmp_path / "r.toml").write_text('[base]\nuntil = 0.025\nresume = "prefix.npz"\nresume_at = 0.0083333\n'
+                                     '[grid]\ntie_shrink = [0.1, 0.2]\n')
+    sweep = read_sweep(tmp_path / "r.toml")
+    assert sweep.tasks[0].params["resume"] == str(tmp_path / "prefix.npz")    # relative to the sweep file
+    row = run_task(sweep.tasks[0], tmp_path)
+    assert row["status"] == "done" and row["frames"] == 7 and row["resumed"].startswith("resumed at t = 0.0083 s")
+    for text, expected in (('[base]\nresume = "nope.npz"\n', "[base] resume " + str(tmp_path / "nope.npz") + ": no such file"),
+                           ('[base]\nuntil = 0.005\nresume = "prefix.npz"\n', "[base] until must be later than the frame"),
+                           ("[base]\nresume_at = 1.0\n", "[base] resume_at needs resume")):
+        (tmp_path / "b.toml").write_text(text)
+        with pytest.raises(BadInput, match=re.escape(expected)): read_sweep(tmp_path / "b.toml")
