@@ -27,7 +27,8 @@ import warp as wp
 from ..solver import SolverIPC
 
 from .bag_scene import DT, BagScene, check_resolution, film_resolution
-from .choreography import Choreographer, Controls, group_particles
+from ..inputs import Film
+from .choreography import Choreographer, Choreography, Controls, group_particles
 from .bag_scene import SPHERE_RADII, bag_mesh
 
 # %% auto #0
@@ -325,7 +326,7 @@ def apply_controls(scene: BagScene, c: Controls):
     s = scene.solver
     if len(c.support_particles): s.set_supports(c.support_particles, c.support_targets, c.support_stiffness)
     else: s.clear_supports()
-    if c.tie_pairs is not None: s.set_tie(c.tie_pairs, c.tie_lengths)
+    if c.tie_pairs is not None: s.set_tie(c.tie_pairs, c.tie_lengths, c.tie_stiffness)
     else: s.clear_tie()
     if c.tolerance is not None: s.options["tolerance"] = c.tolerance
     f = np.zeros((scene.model.particle_count, 3), np.float32)
@@ -376,15 +377,21 @@ def _check_run_args(until, every, device, out, progress, timeline, resume_at, sa
 
 def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progress: bool = True, timeline=None,
             resume=None, resume_at: float | None = None, save_every: float = 5.0, on_save=None, resolution: int = 1,
-            **solver_options) -> Trajectory:
+            choreography=None, film=None, **solver_options) -> Trajectory:
     """Run the bag scene, its mesh at `resolution`, to `until` seconds, from t = 0 or from a saved run (`resume`: path or dict, at `resume_at`, default its last frame); returns the `Trajectory`.
     Every argument (and the whole `resume` file) is checked before anything is built: `BadInput` with the words `newtonipc-bag` uses.
     With `out`, the run holds `output_lock(out)` throughout, and the trajectory is written there after the first step, then every
     `save_every` seconds of wall time and when the run stops for any reason (`on_save(traj, out)` is called after each write);
-    a write that fails stops the run at once with `TrajectoryWriteError` (the file keeps the last good write)."""
+    a write that fails stops the run at once with `TrajectoryWriteError` (the file keeps the last good write).
+    `choreography` (a `Choreography`, default today's) sets the tie and neck handling, `film` (a `Film`, default
+    `BAG_FILM`) the bag's material."""
     device = _check_run_args(until, every, device, out, progress, timeline, resume_at, save_every, on_save, resolution)
     unknown = sorted(set(solver_options) - set(inspect.signature(SolverIPC).parameters) - {"model"})
     if unknown: raise BadInput(f"{unknown[0]}: neither an argument of run_bag nor an option of SolverIPC (see help(SolverIPC))")
+    if choreography is not None and not isinstance(choreography, Choreography):
+        raise BadInput(f"choreography: a Choreography or None, got {type(choreography).__name__}")
+    if film is not None and not isinstance(film, Film):
+        raise BadInput(f"film: a Film or None, got {type(film).__name__}")
     data = None
     if resume is not None and not isinstance(resume, (str, os.PathLike, dict)):
         raise BadInput(f"resume: a path to a saved run or a dict of its arrays, got {type(resume).__name__}")
@@ -394,12 +401,14 @@ def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progr
         if int(round(until / DT)) <= k:
             raise BadInput(f"until {until:g}: the run resumed at t = {data['time'][k]:.4f} s has nothing left to compute; give a later until")
     with output_lock(out, "out") if out is not None else suppress():
-        return _run_bag(until, every, device, out, progress, timeline, resume, data, resume_at, save_every, on_save, resolution, solver_options)
+        return _run_bag(until, every, device, out, progress, timeline, resume, data, resume_at, save_every, on_save, resolution,
+                        choreography, film, solver_options)
 
-def _run_bag(until, every, device, out, progress, timeline, resume, data, resume_at, save_every, on_save, resolution, solver_options):
+def _run_bag(until, every, device, out, progress, timeline, resume, data, resume_at, save_every, on_save, resolution,
+             choreography, film, solver_options):
     from tqdm.auto import tqdm
-    scene = BagScene.build(device, resolution, **solver_options)
-    ch = Choreographer(timeline, resolution=scene.resolution)
+    scene = BagScene.build(device, resolution, film=film, **solver_options)
+    ch = Choreographer(timeline, resolution=scene.resolution, choreography=choreography)
     if data is None:
         n_faces = len(bag_mesh(scene.resolution)[1])
         traj, k0 = Trajectory(faces=scene.solver.ipc.tri.numpy()[:n_faces].copy(), resolution=scene.resolution), 0
