@@ -64,7 +64,7 @@ def scene_frame(sc: dict):
     for name, pos in sc["spheres"].items():
         want = w["film"] @ np.reshape(sc["tracks"][name], (K, 3))
         if np.abs(np.subtract(pos, want)).max() > 1e-5:
-            return f"{name} is at {np.round(pos, 4).tolist()}, the film at t = {w['film'] @ sc['times']:.3f} s"
+            return f"{name} is at {np.round(np.asarray(pos, float), 4).tolist()}, the film at t = {w['film'] @ sc['times']:.3f} s"
     return w["film"]
 
 

@@ -174,7 +174,7 @@ def build(out=OUT, only=(), force=False, timeout=900, run_flags=()) -> dict:
         if only and p.stem not in only: continue
         if not (force or only or page_name(p) in report["failed"]) and dst.exists() and \
                 dst.stat().st_mtime > max(newest, p.stat().st_mtime): continue
-        print(f"docs_preview: {page_name(p)} from {p.relative_to(ROOT)}", flush=True)
+        print(f"docs_preview: {page_name(p)} from {p}", flush=True)
         try:
             nb, errors = execute(p, timeout, run_flags)
             body = render(nb, p, paths, pages)

@@ -162,7 +162,7 @@ def _check_playback(times, T, speed, follow):
 
 # %% ../nbs/00a_viewer.ipynb #14f7f4d2
 def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: float = 1.0, spheres=None, radii=None,
-                    obstacles=(), follow: float | None = 0.5, max_frames: int = 60, frame: int = -1, color="#9ecae1",
+                    obstacles=(), follow: float | None = 0.2, max_frames: int = 60, frame: int = -1, color="#9ecae1",
                     width=640, height=480):
     """A widget that plays a film trajectory `frames` (T, N, 3), with sphere centres `spheres` (T, S, 3), in the browser.
 
