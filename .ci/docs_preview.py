@@ -1,20 +1,14 @@
-"""Build the docs site's pages offline, without Quarto: nbclient runs each notebook, nbdev's processors (the ones
-`nbdev_docs` runs: API docs, `#| hide`, doc links) prepare it, nbconvert's HTMLExporter renders it.
-
-    python .ci/docs_preview.py                     # the pages whose notebook or package changed, into _docs_preview/
-    python .ci/docs_preview.py --only 00a_viewer   # some pages; --force: all
-    python -m http.server -d _docs_preview         # serve it on http://127.0.0.1:8000/
-    python .ci/docs_preview.py --execute-in-place  # the deploy job: execute nbs/ in place, then nbdev_docs
-
-Cells flagged with a `tst_flags` flag (`slow`, `gpu`) are skipped unless `--run-flags` names it. A notebook that raises
-fails its page: the last good page stays, the failed render goes to _failed/, build.json names it, the exit status is 1.
-Assets are local: require.js, MathJax and the widget manager are fetched once with `npm pack` (SHA-256 checked).
-"""
+"""Build the docs site's pages offline, without Quarto: nbclient runs each notebook, nbdev's docs processors prepare it
+(API docs, `#| hide`, doc links), nbconvert's HTMLExporter renders it. `python .ci/docs_preview.py [--only STEM...]
+[--force] [--run-flags slow]` builds the changed pages into _docs_preview/ (serve it with `python -m http.server -d
+_docs_preview`); `--execute-in-place` executes nbs/ for the deploy job's nbdev_docs. A notebook that raises fails its
+page: the last good page stays, the failed render goes to _failed/, build.json names it, the exit status is 1."""
 import argparse, hashlib, html, json, os, re, shutil, subprocess, sys, tarfile
 from pathlib import Path
 
 import jinja2, nbformat, yaml
 from execnb.nbio import dict2nb, nb2dict
+from jupyter_core.paths import jupyter_path
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
 from nbdev.config import get_config
@@ -24,21 +18,20 @@ from nbdev.processors import FilterDefaults
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS, OUT = ROOT / "nbs", ROOT / "_docs_preview"
-VENDOR = {  # npm package: (SHA-256 of its tarball, {path in the tarball: path under _static/})
-    "@jupyter-widgets/html-manager@1.0.15": ("2b9d65cb7913e1c7d671757a10008b32c9c2448d4429513371e55c07d6107638",
-                                             {"package/dist/": "html-manager/"}),
-    "requirejs@2.3.7": ("31f3330c978fb28684622fe71165dc946432cf0210b2ea8a1ca0233e70f2737d", {"package/require.js": "require.js"}),
-    "mathjax@3.2.2": ("1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09",
-                      {"package/es5/tex-svg-full.js": "tex-svg-full.js"})}
-KERNEL_SETUP = ["import warp as _wp; _wp.config.log_level = _wp.LOG_WARNING; del _wp",  # no banner, no "Module ... load"
-                "import pandas as _pd; _pd.set_option('display.max_colwidth', None); del _pd"]  # table cells never cut
+VENDOR = {"@jupyter-widgets/html-manager@1.0.15": "2b9d65cb7913e1c7d671757a10008b32c9c2448d4429513371e55c07d6107638",
+          "requirejs@2.3.7": "31f3330c978fb28684622fe71165dc946432cf0210b2ea8a1ca0233e70f2737d",  # tarballs' SHA-256
+          "mathjax@3.2.2": "1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09"}
+KERNEL_SETUP = ["import warp as _wp; _wp.config.log_level = _wp.LOG_WARNING",  # no banner, no "Module ... load"
+                "import pandas as _pd; _pd.set_option('display.max_colwidth', None)"]  # table cells never cut
 TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 {%- block html_head_js_requirejs -%}
 <link rel="icon" href="data:,"><link rel="stylesheet" href="{{ resources.root }}styles.css">
-<script>window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\(', '\\)']], processEscapes: true}, options: {enableMenu: false},
+<script>window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\(', '\\)']], processEscapes: true},
+  options: {enableMenu: false},
   startup: {ready() { MathJax.startup.defaultReady();  // ipywidgets typesets with MathJax 2's Hub.Queue
     MathJax.Hub = {Queue: job => MathJax.typesetPromise(job && job[2] ? [job[2]] : undefined)}; }}};</script>
-<script src="{{ resources.root }}_static/tex-svg-full.js"></script><script src="{{ resources.root }}_static/require.js"></script>
+<script src="{{ resources.root }}_static/mathjax/package/es5/tex-svg-full.js"></script>
+<script src="{{ resources.root }}_static/requirejs/package/require.js"></script>
 <script>require.config({baseUrl: "{{ resources.root }}", paths: {{ resources.paths }}});</script>
 {%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
@@ -47,73 +40,54 @@ TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 {%- block input_group -%}{%- if cell.source -%}{{ super() }}{%- endif -%}{%- endblock input_group -%}
 """
 
-
 def notebooks():
     "The site's notebooks, index first (nbdev skips files and folders starting with `_` or `.`)."
     nbs = [p for p in NBS.rglob("*.ipynb") if not any(s.startswith(("_", ".")) for s in p.relative_to(NBS).parts)]
     return sorted(nbs, key=lambda p: (p.name != "index.ipynb", str(p)))
 
-
 def page_name(nb: Path) -> str:
-    "The page Quarto makes of `nb` (nbdev drops the number prefix)."
     return _nbpath2html(nb.relative_to(NBS) if nb.is_relative_to(NBS) else Path(nb.name)).as_posix()
 
-
 def vendor(out: Path) -> dict:
-    "Put the page assets under out/_static; the require.js paths of the widget modules."
-    static, cache = out / "_static", out / "_vendor"
-    cache.mkdir(parents=True, exist_ok=True)
-    for spec, (sha, members) in VENDOR.items():
-        tgz = cache / (spec.lstrip("@").replace("/", "-") + ".tgz")
+    "Page assets under out/_static (npm packages fetched once, widget libraries from their Python packages)."
+    for spec, sha in VENDOR.items():
+        dst, tgz = out / "_static" / spec.split("@")[-2].split("/")[-1], out / "_vendor" / f"{spec.split('/')[-1]}.tgz"
         if not tgz.exists():
-            got = subprocess.run(["npm", "pack", "--silent", "--pack-destination", str(cache), spec], check=True,
+            tgz.parent.mkdir(parents=True, exist_ok=True)
+            got = subprocess.run(["npm", "pack", "--silent", "--pack-destination", str(tgz.parent), spec], check=True,
                                  capture_output=True, text=True).stdout.split()[-1]
-            (cache / got).rename(tgz)
-        if hashlib.sha256(tgz.read_bytes()).hexdigest() != sha: tgz.unlink(); sys.exit(f"{spec}: wrong SHA-256")
-        with tarfile.open(tgz) as tf:
-            for m in tf.getmembers():
-                for src, dst in members.items():
-                    if m.isfile() and (m.name == src or src.endswith("/") and m.name.startswith(src)):
-                        target = static / dst / m.name[len(src):] if src.endswith("/") else static / dst
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        target.write_bytes(tf.extractfile(m).read())
-    from jupyter_core.paths import jupyter_path  # the widget libraries' browser code, from their Python packages
-    paths = {"@jupyter-widgets": "_static/html-manager"}
+            (tgz.parent / got).rename(tgz)
+        if hashlib.sha256(tgz.read_bytes()).hexdigest() != sha: sys.exit(f"{tgz}: not the SHA-256 of {spec}")
+        if not dst.exists(): tarfile.open(tgz).extractall(dst, filter="data")
+    paths = {"@jupyter-widgets": "_static/html-manager/package/dist"}
     for ext in (p for base in jupyter_path("nbextensions") for p in sorted(Path(base).glob("jupyter-*/index.js"))):
-        shutil.copytree(ext.parent, static / ext.parent.name, dirs_exist_ok=True)
-        paths.update({ext.parent.name: f"_static/{ext.parent.name}/index"},  # and what they load beside them (three)
-                     **{js.stem: f"_static/{ext.parent.name}/{js.stem}" for js in ext.parent.glob("*.js")
-                        if js.stem not in ("index", "extension")})
+        shutil.copytree(ext.parent, out / "_static" / ext.parent.name, dirs_exist_ok=True)
+        paths.update({js.stem if js.stem != "index" else ext.parent.name: f"_static/{ext.parent.name}/{js.stem}"
+                      for js in ext.parent.glob("*.js") if js.stem != "extension"})  # index, and three beside it
     shutil.copy(NBS / "styles.css", out / "styles.css")
-    if (NBS / "images").is_dir(): shutil.copytree(NBS / "images", out / "images", dirs_exist_ok=True)
+    shutil.copytree(NBS / "images", out / "images", dirs_exist_ok=True)
     return paths
 
-
 def execute(path: Path, timeout=900, run_flags=()):
-    "Run `path` in a fresh kernel as nbdev_test does (flagged, `eval: false` and nbdev_export cells skipped), keeping the"
-    " outputs and the widget state; the notebook and the cells that raised."
-    nb = nbformat.read(path, as_version=4)
-    skip = set(get_config().tst_flags.split("|")) - set(run_flags)
+    "Run `path` in a fresh kernel as nbdev_test does (flagged, `eval: false` and nbdev_export cells skipped), keeping"
+    " the outputs and the widget state; the notebook and its errors."
+    nb, skip = nbformat.read(path, as_version=4), set(get_config().tst_flags.split("|")) - set(run_flags)
     for c in nb.cells:
         d = extract_directives(c, remove=False) if c.cell_type == "code" else {}
         why = next(iter(skip & d.keys()), "eval: false" if d.get("eval:") == ["false"] else None)
-        if why or "nbdev_export(" in c.get("source", ""):
+        if why or "nbdev_export(" in c.source:
             c.metadata.tags = [*c.metadata.get("tags", []), "skip-execution"]
-            c.outputs = [nbformat.v4.new_output("stream", text=f"(not run for the docs: a `{why}` cell)\n")] if why else []
+            c.outputs = [nbformat.v4.new_output("stream", text=f"(not run for the docs: a `{why}` cell)\n")] * bool(why)
     os.environ["IN_TEST"] = "1"
     NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True, store_widget_state=True,
                    resources={"metadata": {"path": str(path.parent)}},
                    extra_arguments=[f"--IPKernelApp.exec_lines={x}" for x in KERNEL_SETUP]).execute()
-    errors = [f"cell {i}: {o.ename}: {o.evalue}"[:500] for i, c in enumerate(nb.cells) for o in c.get("outputs", [])
-              if o.output_type == "error"]
-    return nb, errors
-
+    return nb, [f"cell {i}: {o.ename}: {o.evalue}"[:500] for i, c in enumerate(nb.cells) for o in c.get("outputs", [])
+                if o.output_type == "error"]
 
 def pandoc_id(text: str) -> str:
     "The id pandoc (so Quarto) gives a heading, which nbdev's doc links point at."
-    s = re.sub(r"\s+", "-", re.sub(r"[^\w\s.-]", "", text).strip().lower())
-    return re.sub(r"^[^a-z]+", "", s) or "section"
-
+    return re.sub(r"^[^a-z]+", "", re.sub(r"\s+", "-", re.sub(r"[^\w\s.-]", "", text).strip().lower())) or "section"
 
 def render(nb, path: Path, paths: dict, pages: list) -> str:
     "nbdev's docs processors, then nbconvert's HTML (JupyterLab look), with pandoc's heading ids and relative links."
@@ -123,23 +97,21 @@ def render(nb, path: Path, paths: dict, pages: list) -> str:
     d = dict2nb(nb)
     d.path_ = str(path)
     FilterDefaults()(d)
-    nb = nbformat.reads(json.dumps(nb2dict(d)), as_version=4)
+    nb, fm = nbformat.reads(json.dumps(nb2dict(d)), as_version=4), {}
     if state: nb.metadata.widgets = state
-    fm = {}
-    for i, c in enumerate(nb.cells):  # nbdev's front matter: the title and the subtitle, shown as Quarto shows them
-        if c.cell_type == "raw" and c.source.startswith("---"):
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "raw" and c.source.startswith("---"):  # nbdev's front matter: the title and the subtitle
             fm = yaml.safe_load(c.source.strip("-\n")) or {}
-            nb.cells[i] = nbformat.v4.new_markdown_cell(f"# {fm.get('title', path.stem)}\n\n> {fm.get('description', '')}")
-    for c in nb.cells:  # Quarto's `#| echo: false` (nbdev's show_doc cells): the output without the code
-        if c.cell_type == "code" and re.search(r"^#\|\s*echo:\s*false", c.source, flags=re.M): c.source = ""
-    name = page_name(path)
-    rel = "../" * name.count("/")
-    nav = " · ".join(f'<a href="{rel}{p}">{html.escape(p[:-5])}</a>' for p in pages)
-    exp = HTMLExporter(extra_loaders=[jinja2.DictLoader({"preview.html.j2": TEMPLATE})], template_file="preview.html.j2",
+            nb.cells[i] = nbformat.v4.new_markdown_cell(f"# {fm.get('title')}\n\n> {fm.get('description', '')}")
+        elif c.cell_type == "code" and re.search(r"^#\|\s*echo:\s*false", c.source, flags=re.M): c.source = ""
+    rel = "../" * page_name(path).count("/")
+    exp = HTMLExporter(extra_loaders=[jinja2.DictLoader({"p.j2": TEMPLATE})], template_file="p.j2",
                        exclude_input_prompt=True, exclude_output_prompt=True, anchor_link_text="",
-                       widget_renderer_url=f"{rel}_static/html-manager/embed-amd.js")
-    body = exp.from_notebook_node(nb, resources=dict(root=rel or "./", nav=nav, metadata={"name": fm.get("title", path.stem)}, paths=json.dumps(
-        {k: rel + v for k, v in paths.items()})))[0]
+                       widget_renderer_url=f"{rel}_static/html-manager/package/dist/embed-amd.js")
+    body = exp.from_notebook_node(nb, resources=dict(
+        root=rel or "./", metadata={"name": fm.get("title", path.stem)},
+        paths=json.dumps({k: rel + v for k, v in paths.items()}),
+        nav=" · ".join(f'<a href="{rel}{p}">{html.escape(p[:-5])}</a>' for p in pages)))[0]
     body = body.replace(get_config().doc_host + get_config().doc_baseurl + "/", rel or "./")
     body = re.sub(r'<a href="([^"]+)">source</a>\{target="_blank" style="([^"]*)"\}',  # Quarto's link attributes
                   r'<a href="\1" target="_blank" style="\2">source</a>', body)
@@ -152,7 +124,6 @@ def render(nb, path: Path, paths: dict, pages: list) -> str:
     body = re.sub(r'<(h[1-6]) id="([^"]*)"([^>]*)>(.*?)</\1>', heading, body, flags=re.S)
     return re.sub(r'href="#([^"]*)"', lambda m: f'href="#{ids.get(m[1], m[1])}"', body)
 
-
 def write(dst: Path, text: str):
     "Write `dst` whole (a temporary file renamed over it), readable by everyone (a web server is another user)."
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -161,35 +132,30 @@ def write(dst: Path, text: str):
     tmp.chmod(0o644)
     os.replace(tmp, dst)
 
-
 def build(out=OUT, only=(), force=False, timeout=900, run_flags=()) -> dict:
-    "Build the changed (or `only`, or with `force` all) pages into `out`; the report, also in out/build.json."
-    paths, nbs = vendor(out), notebooks()
-    pages = [page_name(p) for p in nbs]
+    "Build the pages older than their notebook or the package (or `only` these, or with `force` all) into `out`."
+    paths, nbs, bj = vendor(out), notebooks(), out / "build.json"
+    pages, old = [page_name(p) for p in nbs], json.loads(bj.read_text()) if bj.exists() else {}
     newest = max(p.stat().st_mtime for p in [*ROOT.glob("newtonipc_nb/**/*.py"), ROOT / "settings.ini", Path(__file__)])
-    old = json.loads((out / "build.json").read_text()) if (out / "build.json").exists() else {}
     report = dict(pages=pages, failed={k: v for k, v in old.get("failed", {}).items() if k in pages}, built=[])
-    for p in nbs:
-        dst = out / page_name(p)
-        if only and p.stem not in only: continue
-        if not (force or only or page_name(p) in report["failed"]) and dst.exists() and \
-                dst.stat().st_mtime > max(newest, p.stat().st_mtime): continue
-        print(f"docs_preview: {page_name(p)} from {p}", flush=True)
+    for p, name in zip(nbs, pages):
+        fresh = (out / name).exists() and (out / name).stat().st_mtime > max(newest, p.stat().st_mtime)
+        if (only and p.stem not in only) or not (only or force or name in report["failed"] or not fresh): continue
+        print(f"docs_preview: {name} from {p}", flush=True)
         try:
             nb, errors = execute(p, timeout, run_flags)
             body = render(nb, p, paths, pages)
         except Exception as e:  # a dead kernel, a cell past --timeout, a failed render
             errors, body = [f"{type(e).__name__}: {e}"[:500]], None
-        report["built"].append(page_name(p))
-        report["failed"].pop(page_name(p), None)
-        if errors:
-            report["failed"][page_name(p)] = "; ".join(errors)
-            if body: write(out / "_failed" / page_name(p), body)
-            print(f"docs_preview: FAILED {page_name(p)}: {errors[0]}", file=sys.stderr)
-        else: write(dst, body)
-    (out / "build.json").write_text(json.dumps(report, indent=1))
+        report["built"].append(name)
+        report["failed"].pop(name, None)
+        if not errors: write(out / name, body)
+        else:
+            report["failed"][name] = "; ".join(errors)
+            print(f"docs_preview: FAILED {name}: {errors[0]}", file=sys.stderr)
+            if body: write(out / "_failed" / name, body)
+    bj.write_text(json.dumps(report, indent=1))
     return report
-
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -200,15 +166,11 @@ def main(argv=None):
     ap.add_argument("--run-flags", nargs="*", default=(), help="also run the cells flagged so (slow, gpu)")
     ap.add_argument("--execute-in-place", action="store_true", help="write each executed notebook back into nbs/")
     a = ap.parse_args(argv)
-    if a.execute_in_place:
-        bad = 0
-        for p in notebooks():
-            nb, errors = execute(p, a.timeout, a.run_flags)
-            nbformat.write(nb, p)
-            bad += len(errors)
-        return int(bad > 0)
-    return int(bool(build(a.out.resolve(), a.only, a.force, a.timeout, a.run_flags)["failed"]))
-
+    if not a.execute_in_place:
+        return int(bool(build(a.out.resolve(), a.only, a.force, a.timeout, a.run_flags)["failed"]))
+    runs = [(p, execute(p, a.timeout, a.run_flags)) for p in notebooks()]
+    for p, (nb, _) in runs: nbformat.write(nb, p)
+    return int(any(errors for _, (_, errors) in runs))
 
 if __name__ == "__main__":
     sys.exit(main())

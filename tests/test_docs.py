@@ -6,7 +6,7 @@ The browser tests need Debian's `chromium` and `chromium-driver` (`apt-get insta
     NEWTONIPC_TEST_FLAGS=browser .venv/bin/python -m pytest tests/test_docs.py
 Screenshots of every page, canvas and trajectory view (on load, playing, at the end) land in _docs_preview/_check/.
 """
-import contextlib, functools, http.server, importlib.util, io, json, os, re, shutil, threading
+import functools, http.server, importlib.util, io, json, os, re, shutil, threading
 from configparser import ConfigParser
 from pathlib import Path
 
@@ -40,10 +40,10 @@ def test_quarto_settings_make_the_whole_site():
     assert (ROOT / "nbs" / "_quarto.yml").resolve().read_text() == (ROOT / "_quarto.yml").read_text(), \
         "nbs/_quarto.yml (what nbdev_docs renders with) must be the top-level _quarto.yml"
     assert q["project"]["type"] == "website"
-    # nbdev_docs writes nbdev.yml (title, site-url, output-dir from settings.ini) and sidebar.yml (one entry per notebook)
+    # nbdev_docs writes nbdev.yml (title, site-url, output-dir from settings.ini) and sidebar.yml (a page per notebook)
     assert set(q["metadata-files"]) >= {"nbdev.yml", "sidebar.yml"}
     css = q["format"]["html"]["css"]
-    assert (ROOT / "nbs" / css).exists(), f"css {css} must be a path inside nbs/ (Quarto renders from nbdev's _proc/ copy of nbs/)"
+    assert (ROOT / "nbs" / css).exists(), f"css {css} must be inside nbs/ (Quarto renders nbdev's _proc/ copy)"
     assert CFG["doc_path"] == "_docs" and CFG.get("custom_sidebar", "False") == "False"
 
 
@@ -52,7 +52,8 @@ def test_deploy_workflow_executes_then_publishes():
     steps = [s for job in wf["jobs"].values() for s in job["steps"]]
     text = json.dumps(steps)
     publish = "actions/deploy-pages" if "actions/deploy-pages" in text else "peaceiris/actions-gh-pages"
-    order = [text.find(k) for k in ("quarto-dev/quarto-actions/setup", "docs_preview.py --execute-in-place", "nbdev_docs", publish)]
+    keys = ("quarto-dev/quarto-actions/setup", "docs_preview.py --execute-in-place", "nbdev_docs", publish)
+    order = [text.find(k) for k in keys]
     assert all(i >= 0 for i in order) and order == sorted(order), order
 
 
@@ -66,7 +67,8 @@ def test_every_notebook_gets_a_page():
 
 def test_contributing_page_gives_the_extension_points_and_the_commands():
     "The contributing page explains how to extend the method, then the commands: preview, browser check, tests, nbdev."
-    md = "".join(c.source for c in nbformat.read(ROOT / "nbs" / "contributing.ipynb", 4).cells if c.cell_type == "markdown")
+    cells = nbformat.read(ROOT / "nbs" / "contributing.ipynb", 4).cells
+    md = "".join(c.source for c in cells if c.cell_type == "markdown")
     for what in ("energy term", "contact kind", "obstacle", ".venv/bin/python .ci/docs_preview.py", BROWSER_CMD,
                  "`slow`", "`gpu`", f"`{BROWSER_FLAG}`", "nbdev_export", "nbdev_clean", "_docs_preview/_check/"):
         assert what in md, f"the contributing page does not mention {what!r}"
@@ -87,8 +89,9 @@ def fake_notebooks(tmp_path, monkeypatch, books: dict):
 
 def test_flagged_cells_are_skipped_and_warp_is_quiet(tmp_path, monkeypatch):
     "Cells flagged `slow` (unless --run-flags names it) and `eval: false` are not run; Warp logs nothing on a page."
-    fake_notebooks(tmp_path, monkeypatch, {"t": ["#| slow\nprint('slow ran')", "#| eval: false\nraise RuntimeError('ran')",
-                                                 "import warp as wp\nwp.init()\nprint(wp.config.log_level == wp.LOG_WARNING)"]})
+    fake_notebooks(tmp_path, monkeypatch, {"t": [
+        "#| slow\nprint('slow ran')", "#| eval: false\nraise RuntimeError('ran')",
+        "import warp as wp\nwp.init()\nprint(wp.config.log_level == wp.LOG_WARNING)"]})
     p = tmp_path / "nbs" / "t.ipynb"
     nb, errors = docs_preview.execute(p, timeout=120)
     assert errors == [] and "not run for the docs: a `slow` cell" in nb.cells[1].outputs[0]["text"]
@@ -100,17 +103,20 @@ def test_flagged_cells_are_skipped_and_warp_is_quiet(tmp_path, monkeypatch):
 def test_failed_page_keeps_the_last_good_page_and_exits_1(tmp_path, monkeypatch):
     "Failure mode: a failed page. A notebook that raises, or runs past the cell timeout, fails its page: named in"
     " build.json with its error, the page before it untouched, exit status 1, and check_site reports it."
-    out = fake_notebooks(tmp_path, monkeypatch, {"good": ["print('fine')"], "raises": ["raise ValueError('on purpose')"],
-                                                 "slowcell": ["import time\ntime.sleep(60)"]})
+    out = fake_notebooks(tmp_path, monkeypatch, {
+        "good": ["print('fine')"], "raises": ["raise ValueError('on purpose')"],
+        "slowcell": ["import time\ntime.sleep(60)"]})
     out.mkdir()
     for name in ("raises", "slowcell"):  # built before the notebooks changed
         (out / f"{name}.html").write_text(f"last good {name}")
         os.utime(out / f"{name}.html", (0, 0))
     assert docs_preview.main(["--out", str(out), "--timeout", "5"]) == 1
     report = json.loads((out / "build.json").read_text())
-    assert set(report["failed"]) == {"raises.html", "slowcell.html"} and "ValueError: on purpose" in report["failed"]["raises.html"]
+    assert set(report["failed"]) == {"raises.html", "slowcell.html"}
+    assert "ValueError: on purpose" in report["failed"]["raises.html"]
     assert "Timeout" in report["failed"]["slowcell.html"] or "timed out" in report["failed"]["slowcell.html"]
-    assert (out / "raises.html").read_text() == "last good raises" and "on purpose" in (out / "_failed" / "raises.html").read_text()
+    assert (out / "raises.html").read_text() == "last good raises"
+    assert "on purpose" in (out / "_failed" / "raises.html").read_text()
     assert "fine" in (out / "good.html").read_text() and oct((out / "good.html").stat().st_mode & 0o777) == "0o644"
     problems = docs_check.check_site(out)
     assert [p.split(":")[0] for p in problems] == ["raises.html", "slowcell.html"], problems
@@ -127,7 +133,8 @@ def test_heading_ids_are_the_anchors_nbdev_links_to():
 
 # ------------------------------------------------------------------ the checks of a built site, on made-up sites
 GOOD = {"index.html": '<h1 id="home">Home</h1><a href="./api.html#ipcmodel">IPCModel</a> <a href="api.html">API</a> '
-                      '<a href="#home">top</a> <a href="https://example.org/x.html#nope">out</a> <a href="s.css">css</a>'
+                      '<a href="#home">top</a> <a href="https://example.org/x.html#nope">out</a> '
+                      '<a href="s.css">css</a>'
                       '<table><tr><th>wall time (s)</th><td>SolverError: invalid start</td><td>703</td></tr></table>',
         "api.html": '<h3 id="ipcmodel">IPCModel</h3><a href="./index.html">home</a> <a href="#ipcmodel">m</a>',
         "sub/deep.html": '<h2 id="deep">Deep</h2><a href="../api.html#ipcmodel">up</a>'}
@@ -167,15 +174,18 @@ def test_check_site_finds_each_defect(tmp_path, defect, expect):
     elif defect == "missing page link": pages["index.html"] += '<a href="gone.html#x">x</a>'
     elif defect == "above the root": pages["sub/deep.html"] += '<a href="../../api.html">x</a>'
     elif defect == "missing same-page anchor": pages["api.html"] += '<a href="#nowhere">x</a>'
-    elif defect == "warp log": pages["api.html"] += "<pre>Module newtonipc_nb.ccd 1a2b3c4 load on device 'cpu' took 3.10 ms</pre>"
+    elif defect == "warp log":
+        pages["api.html"] += "<pre>Module newtonipc_nb.ccd 1a2b3c4 load on device 'cpu' took 3.10 ms</pre>"
     elif defect and defect.startswith("cut cell"):
-        pages["index.html"] = pages["index.html"].replace("invalid start", "invalid start; state_in/state_ou" + defect[-3:].strip())
+        cut = "invalid start; state_in/state_ou" + defect[-3:].strip()
+        pages["index.html"] = pages["index.html"].replace("invalid start", cut)
     site = fake_site(tmp_path, pages, failed)
     if defect == "not world-readable": (site / "api.html").chmod(0o600)
     problems = docs_check.check_site(site)
     if expect is None: assert problems == []
     elif defect == "missing page":  # and the three links to it
-        assert problems[0] == expect and len(problems) == 4 and all("no page api.html" in p for p in problems[1:]), problems
+        assert problems[0] == expect and len(problems) == 4, problems
+        assert all("no page api.html" in p for p in problems[1:]), problems
     else: assert len(problems) == 1 and problems[0].startswith(expect), problems
 
 
@@ -202,7 +212,8 @@ S3 = np.array([[0, 0, 0], [1, 0, 0], [2, 0, 0.]])
 
 
 def scene(base, w, wire, ball, label="0.00–1.00 s simulated", readouts=()):
-    return dict(targets=T3.reshape(3, -1).tolist(), base=T3[base].ravel().tolist(), tracks={"sphere0": S3.ravel().tolist()},
+    return dict(targets=T3.reshape(3, -1).tolist(), base=T3[base].ravel().tolist(),
+                tracks={"sphere0": S3.ravel().tolist()},
                 times=[0, .5, 1], weights={"film": w, "film_wire": wire}, spheres={"sphere0": ball}, label=label,
                 readouts=list(readouts))
 
@@ -211,9 +222,9 @@ def test_scene_frame_tells_mixed_frames():
     "Failure mode: mixed trajectory frames (the film, its wireframe and the spheres at different frames)."
     f = docs_check.scene_frame
     assert f(scene(2, [0, 0, 1], [0, 0, 1], [2, 0, 0])).tolist() == [0, 0, 1]
-    assert f(scene(2, [0, 0, 0], [0, 0, 0], [2, 0, 0])).tolist() == [0, 0, 1]            # weights not applied: base = frame 2
+    assert f(scene(2, [0, 0, 0], [0, 0, 0], [2, 0, 0])).tolist() == [0, 0, 1]  # weights not applied: base = frame 2
     assert f(scene(0, [0, .25, .75], [0, .25, .75], [1.75, 0, 0])).tolist() == [0, .25, .75]  # mid-play
-    assert f(scene(0, [0, 0, 0], [0, 0, 0], [2, 0, 0])).startswith("sphere0 is at [2.0, 0.0, 0.0], the film at t = 0.000 s")
+    assert f(scene(0, [0, 0, 0], [0, 0, 0], [2, 0, 0])) == "sphere0 is at [2.0, 0.0, 0.0], the film at t = 0.000 s"
     assert "wireframe" in f(scene(0, [0, 0, 1], [1, 0, 0], [2, 0, 0]))
     assert "sum to 2" in f(scene(0, [0, 1, 1], [0, 1, 1], [2, 0, 0]))
 
@@ -244,10 +255,11 @@ def test_trajectory_view_keeps_one_frame_for_every_object():
             assert film.morphTargetInfluences == [float(j == k) for j in range(40)] and tv.shown == k == tv.play.value
             np.testing.assert_allclose(ball.position, wball[f, 0], rtol=1e-6)
             np.testing.assert_allclose(content.scale, tracks["content.scale"].reshape(-1, 3)[k], rtol=1e-6)
-            np.testing.assert_allclose(content.position, tracks["content.position"].reshape(-1, 3)[k], rtol=1e-5, atol=1e-7)
-            assert tv.slider.value == f and f"frame {f} of 0–89, t = {times[f]:.3f} s" in tv.children[2].children[3].value
+            np.testing.assert_allclose(content.position, tracks["content.position"].reshape(-1, 3)[k], atol=1e-7)
+            assert tv.slider.value == f
+            assert f"frame {f} of 0–89, t = {times[f]:.3f} s" in tv.children[2].children[3].value
         check(39)
-        np.testing.assert_allclose(film.geometry.attributes["position"].array, wf[-1], atol=1e-6)  # base = on-load frame
+        np.testing.assert_allclose(film.geometry.attributes["position"].array, wf[-1], atol=1e-6)  # base: on-load frame
         tv.slider.value = 50
         check(int(np.argmin(abs(tv.kept - 50))))                      # snapped to the nearest kept frame
         tv.play.value = 5
@@ -306,7 +318,7 @@ def test_preview_pages_in_headless_chromium():
 
 def documented_names(nb: Path):
     "The names nbdev gives show_doc entries (top-level defs and classes of exported cells), split into (python, warp):"
-    " nbdev's show_doc skips Warp's @wp.func objects (it skips any type named 'Function'): their notebooks document them"
+    " nbdev's show_doc skips Warp's @wp.func objects (any type named 'Function'): their notebooks document them"
     " with explicit `show_doc(f.func, name='f')` cells."
     import ast, importlib
     cells = ["".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
@@ -320,23 +332,27 @@ def documented_names(nb: Path):
         except SyntaxError: continue
         names += [o.name for o in tree.body if isinstance(o, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                   and not o.name.startswith("_")]
-    is_warp = lambda n: type(getattr(mod, n, None)).__name__ == "Function" and type(getattr(mod, n)).__module__.startswith("warp")
+    is_warp = lambda n: (type(getattr(mod, n, None)).__name__ == "Function"
+                         and type(getattr(mod, n)).__module__.startswith("warp"))
     return [n for n in names if not is_warp(n)], [n for n in names if is_warp(n)]
 
 
 def test_warp_functions_get_api_docs():
-    """nbdev's show_doc renders nothing for a Warp @wp.func object, so every public Warp function of an exported notebook
-    has an explicit `show_doc(f.func, name="f")` cell, which renders its name, Warp-typed signature and docstring."""
+    """nbdev's show_doc renders nothing for a Warp @wp.func object, so every public Warp function of an exported
+    notebook has an explicit `show_doc(f.func, name="f")` cell, which renders its name, Warp-typed signature and
+    docstring."""
     from nbdev.showdoc import show_doc
     from newtonipc_nb import barrier as mod
     covered = set()
     for nb in docs_preview.notebooks():
         _, warp_funcs = documented_names(nb)
-        code = [re.sub(r"\s+", "", "".join(c["source"])) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+        cells = json.loads(nb.read_text())["cells"]
+        code = [re.sub(r"\s+", "", "".join(c["source"])) for c in cells if c["cell_type"] == "code"]
         missing = [n for n in warp_funcs if f'show_doc({n}.func,name="{n}")' not in code]
         assert not missing, f"{nb.name}: no show_doc cell for the Warp functions {missing}"
         covered |= set(warp_funcs)
-    assert {"point_triangle_weights", "edge_edge_weights", "candidate_weights", "barrier", "barrier_d1", "barrier_d2"} <= covered
+    want = {"point_triangle_weights", "edge_edge_weights", "candidate_weights", "barrier", "barrier_d1", "barrier_d2"}
+    assert want <= covered
     assert show_doc(mod.barrier) is None                     # what nbdev does with the Warp object itself: nothing
     md = show_doc(mod.barrier.func, name="barrier")._repr_markdown_()
     assert "### barrier\n" in md and "g:wp.float64, dhat:wp.float64, k:wp.float64" in md and ")->wp.float64" in md
