@@ -1,13 +1,7 @@
 // Before a page's scripts: record every clip pythreejs plays (it makes each with mixer.clipAction(clip, root)).
 window.__views = window.__views || [];
-(function hook() {
-  const r = window.requirejs, ctx = r && r.s && r.s.contexts._.config;
-  if (window.__hooked || !(ctx && ctx.paths && ctx.paths.three)) {
-    if (!window.__hooked && document.readyState !== 'complete') setTimeout(hook, 2);
-    return;
-  }
-  window.__hooked = true;
-  r(['three'], T => {
+if (!window.__hooked) document.addEventListener('DOMContentLoaded', () => window.__hooked ||
+  !document.querySelector('script[type="application/vnd.jupyter.widget-view+json"]') || requirejs(['three'], T => {
     const clipAction = T.AnimationMixer.prototype.clipAction;
     window.THREE = T;
     T.AnimationMixer.prototype.clipAction = function (clip, root) {
@@ -15,8 +9,8 @@ window.__views = window.__views || [];
       if (!window.__views.some(v => v.action === a)) window.__views.push({mixer: this, root: root || this.getRoot(), action: a});
       return a;
     };
-  });
-})();
+  }));
+window.__hooked = window.__hooked || document.readyState !== 'loading';
 const canvases = () => [...document.querySelectorAll('canvas')].filter(c => c.width > 50 && c.height > 50);
 const views = () => [...document.querySelectorAll('.trajectory-view')];
 const arr = a => Array.from(a || []);

@@ -97,7 +97,7 @@ def check_page(d, url: str, shots: Path) -> list:
         (shots / f"{name}.canvas{i}.png").write_bytes(png := c.screenshot_as_png)
         if (cov := canvas_coverage(png))[0] < 0.01 or cov[1] < 8: problems.append(f"{name}: canvas {i} is blank {cov}")
     for k in range(js("views().length")):
-        if not js("rec(arguments[0])", k):
+        if not js("!!rec(arguments[0])", k):
             problems.append(f"{name}: view {k}: its clip never played")
             continue
         seen = []

@@ -58,7 +58,7 @@ def vendor(out: Path) -> dict:
                                  capture_output=True, text=True).stdout.split()[-1]
             (tgz.parent / got).rename(tgz)
         if hashlib.sha256(tgz.read_bytes()).hexdigest() != sha: sys.exit(f"{tgz}: not the SHA-256 of {spec}")
-        if not dst.exists(): tarfile.open(tgz).extractall(dst, filter="data")
+        if not (dst / "package").is_dir(): tarfile.open(tgz).extractall(dst, filter="data")
     paths = {"@jupyter-widgets": "_static/html-manager/package/dist"}
     for ext in (p for base in jupyter_path("nbextensions") for p in sorted(Path(base).glob("jupyter-*/index.js"))):
         shutil.copytree(ext.parent, out / "_static" / ext.parent.name, dirs_exist_ok=True)
