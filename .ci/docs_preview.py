@@ -79,8 +79,8 @@ def execute(path: Path, timeout=900, run_flags=()):
             c.metadata.tags = [*c.metadata.get("tags", []), "skip-execution"]
             c.outputs = [nbformat.v4.new_output("stream", text=f"(not run for the docs: a `{why}` cell)\n")] * bool(why)
     os.environ["IN_TEST"] = "1"
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True, store_widget_state=True,
-                   resources={"metadata": {"path": str(path.parent)}},
+    NotebookClient(nb, timeout=timeout, iopub_timeout=120, kernel_name="python3", allow_errors=True,  # big widgets
+                   store_widget_state=True, resources={"metadata": {"path": str(path.parent)}},
                    extra_arguments=[f"--IPKernelApp.exec_lines={x}" for x in KERNEL_SETUP]).execute()
     return nb, [f"cell {i}: {o.ename}: {o.evalue}"[:500] for i, c in enumerate(nb.cells) for o in c.get("outputs", [])
                 if o.output_type == "error"]
