@@ -72,6 +72,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 def parse_args(argv=None) -> argparse.Namespace:
+    "The command line of `newtonipc-bag` (`argv`, default `sys.argv[1:]`), checked: a bad value exits with code 2 and one line."
     epilog = "exit codes:\n" + "\n".join(f"  {c:>3}  {w}" for c, w in EXIT_CODES.items())
     p = _Parser(prog="newtonipc-bag", description="Run the garbage-bag scene with the IPC solver.", epilog=epilog,
                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -149,5 +149,6 @@ def phase_table(traj: dict, timeline=None) -> pd.DataFrame:
     df = pd.DataFrame({"phase": [phase_at(t, rows) for t in traj["step_t"]], "iterations": traj["step_newton_iterations"],
                        "subdivisions": traj["step_subdivisions"]})
     g = df.groupby("phase", sort=False)
-    return pd.DataFrame({"steps": g.size(), "Newton iterations": g["iterations"].sum(), "per step": g["iterations"].mean().round(1),
-                         "subdivisions": g["subdivisions"].sum()}).reset_index()
+    return pd.DataFrame({"steps": g.size(), "Newton iterations": g["iterations"].sum().astype(int),
+                         "iterations per step": g["iterations"].mean().round(1),
+                         "subdivisions": g["subdivisions"].sum().astype(int)}).reset_index()
