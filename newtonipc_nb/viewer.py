@@ -11,8 +11,8 @@ import pythreejs as p3
 
 # %% auto #0
 __all__ = ['VIEW_DIRECTION', 'FOV', 'mesh_objects', 'sphere_object', 'look_at_quaternion', 'framing_distance', 'framed_renderer',
-           'mesh_view', 'kept_frames', 'morph_weight_tracks', 'trajectory_view', 'grid_mesh', 'waving_sheet',
-           'close_widgets']
+           'mesh_view', 'kept_frames', 'morph_weight_tracks', 'posed_points', 'trajectory_view', 'grid_mesh',
+           'waving_sheet', 'close_widgets', 'shape_mesh']
 
 # %% ../nbs/00a_viewer.ipynb #05f09a9c
 def mesh_objects(vertices, faces, color, opacity=1.0, wireframe=True, morph=None, name=""):
@@ -141,9 +141,25 @@ def morph_weight_tracks(times: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]
     return out
 
 # %% ../nbs/00a_viewer.ipynb #db1a8052
-def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), fps: float = 10.0,
+def posed_points(vertices, pose) -> np.ndarray:
+    "Points `vertices` (n, 3) moved by `pose` = (position, quaternion x y z w): R(q)·v + p."
+    x, y, z, w = np.asarray(pose[3:], np.float64) / np.linalg.norm(pose[3:]); u = np.array([x, y, z])
+    v = np.asarray(vertices, np.float64)
+    return v + 2 * np.cross(u, np.cross(u, v) + w * v) + np.asarray(pose[:3], np.float64)
+
+def _place(obj, pose):
+    "Put a pythreejs object at `pose` (position, quaternion x y z w)."
+    obj.position = tuple(float(v) for v in pose[:3]); obj.quaternion = tuple(float(v) for v in pose[3:])
+
+def _check_poses(poses, T: int, b: int) -> np.ndarray:
+    poses = np.array(poses, dtype=np.float64)
+    if poses.shape != (T, 7) or not np.isfinite(poses).all():
+        raise ValueError(f"bodies[{b}] poses must be finite with shape ({T}, 7) like frames, got {poses.shape}")
+    return poses
+
+def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), bodies=(), fps: float = 10.0,
                     max_frames: int = 60, frame: int = -1, color="#9ecae1", width=640, height=480):
-    "A widget that plays a film trajectory `frames` (T, N, 3) with sphere centres `spheres` (T, S, 3): in the browser (clip buttons) and, with a kernel, by a frame slider."
+    "A widget that plays a film trajectory `frames` (T, N, 3) with sphere centres `spheres` (T, S, 3) and rigid `bodies` [(vertices, faces, poses (T, 7))]: in the browser (clip buttons) and, with a kernel, by a frame slider."
     frames, faces, spheres, radii = _check_trajectory(frames, faces, spheres, radii, fps, max_frames)
     T = frames.shape[0]
     keep = kept_frames(T, int(max_frames)); K = len(keep); times = keep / float(fps)
@@ -163,6 +179,14 @@ def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), fp
             balls.append(sphere_object(spheres[keep[start], s], r, name=f"sphere{s}"))
             pts += [spheres[:, s] + r, spheres[:, s] - r]
     children += balls
+    movers = []
+    for b, (bv, bf, poses) in enumerate(bodies):
+        poses = _check_poses(poses, T, b)
+        mover = p3.Group(children=mesh_objects(bv, bf, "#bbbbbb", opacity=0.5, wireframe=False), name=f"body{b}")
+        _place(mover, poses[keep[start]])
+        movers.append((mover, poses))
+        pts += [posed_points(bv, poses[k]) for k in keep]
+    children += [m for m, _ in movers]
     tracks = []
     for name in [m.name for m in film]:
         for k, (t, w) in enumerate(morph_weight_tracks(times)):
@@ -171,6 +195,11 @@ def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), fp
     for s, ball in enumerate(balls):
         tracks.append(p3.VectorKeyframeTrack(name=f"{ball.name}.position", times=times.astype(np.float32),
                                              values=spheres[keep, s].astype(np.float32).ravel()))
+    for mover, poses in movers:
+        tracks.append(p3.VectorKeyframeTrack(name=f"{mover.name}.position", times=times.astype(np.float32),
+                                             values=poses[keep, :3].astype(np.float32).ravel()))
+        tracks.append(p3.QuaternionKeyframeTrack(name=f"{mover.name}.quaternion", times=times.astype(np.float32),
+                                                 values=poses[keep, 3:].astype(np.float32).ravel()))
     renderer = framed_renderer(children, pts, width, height)
     root = renderer.scene
     clip = p3.AnimationClip(name="trajectory", tracks=tracks, duration=float(times[-1]) if K > 1 else 0.0)
@@ -186,6 +215,7 @@ def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), fp
     def show(k):
         for m in film: m.morphTargetInfluences = onehot(k)
         for s, ball in enumerate(balls): ball.position = tuple(float(v) for v in spheres[keep[k], s])
+        for mover, poses in movers: _place(mover, poses[keep[k]])
         at.value = _frame_label(int(keep[k]), T, fps)
         box.shown = k
     def on_slider(change):
@@ -234,3 +264,34 @@ def close_widgets(w) -> int:
         stack.extend(getattr(o, k, None) for k in o.keys if k not in ("_model_id", "comm"))
         o.close()
     return len(seen)
+
+# %% ../nbs/00a_viewer.ipynb #6adaeb01
+def _sphere_grid(r: float, segments: int, z0: float = 0.0, z1: float = 0.0):
+    "A UV sphere of radius r whose upper half is lifted by z1 and lower half by z0 (a capsule when z0 = −h, z1 = h)."
+    th = np.linspace(0, np.pi, segments // 2 + 1)[:, None]; ph = np.linspace(0, 2 * np.pi, segments, endpoint=False)[None]
+    z = r * np.cos(th) + np.where(np.cos(th) >= 0, z1, z0)
+    V = np.stack([r * np.sin(th) * np.cos(ph), r * np.sin(th) * np.sin(ph), np.broadcast_to(z, (len(th), segments))], -1)
+    V = V.reshape(-1, 3); F = []
+    for i in range(len(th) - 1):
+        for j in range(segments):
+            a, b = i * segments + j, i * segments + (j + 1) % segments
+            F += [[a, a + segments, b], [b, a + segments, b + segments]]
+    return V, np.array(F, np.int32)
+
+def shape_mesh(kind: str, scale=(1.0, 1.0, 1.0), *, mesh=None, segments: int = 24, plane_size: float = 10.0, center=(0.0, 0.0)):
+    "Vertices and triangles drawing a collision shape in its own frame: 'plane', 'box', 'sphere', 'capsule' (axis z) or 'mesh'."
+    sx, sy, sz = (float(v) for v in scale)
+    if kind == "plane":
+        h, (cx, cy) = plane_size / 2, center
+        V = np.array([[cx - h, cy - h, 0], [cx + h, cy - h, 0], [cx + h, cy + h, 0], [cx - h, cy + h, 0]], float)
+        return V, np.array([[0, 1, 2], [0, 2, 3]], np.int32)
+    if kind == "box":
+        V = np.array([[x, y, z] for x in (-sx, sx) for y in (-sy, sy) for z in (-sz, sz)], float)
+        F = [[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1], [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]]
+        return V, np.array(F, np.int32)
+    if kind == "sphere": return _sphere_grid(sx, segments)
+    if kind == "capsule": return _sphere_grid(sx, segments, -sy, sy)
+    if kind == "mesh":
+        if mesh is None: raise ValueError("shape_mesh: kind 'mesh' needs mesh=(vertices, triangles)")
+        return np.asarray(mesh[0], float) * (sx, sy, sz), np.asarray(mesh[1], np.int32).reshape(-1, 3)
+    raise ValueError(f"shape_mesh: kind must be plane, box, sphere, capsule or mesh, got {kind!r}")
