@@ -23,8 +23,8 @@ from pathlib import Path
 import pandas as pd
 import warp as wp
 
-from newtonipc_nb.verification.newton_examples import (_option_value, examples_table, ipc_acceptance, measure_run,
-                                                        run_example, run_summary, save_preview, save_run)
+from newtonipc_nb.verification.newton_examples import (_option_value, examples_table, ipc_acceptance,
+                                                        measure_run, run_example, run_summary, save_preview, save_run)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,12 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--examples", nargs="+", default=["cloth_hanging", "cloth_twist", "cloth_poker_cards"])
-    ap.add_argument("--frames", nargs="*", default=[], metavar="NAME=N", help="frames for an example (default: its own)")
+    ap.add_argument("--frames", nargs="*", default=[], metavar="NAME=N", help="frames of an example (default: its own)")
     ap.add_argument("--solvers", nargs="+", choices=("ipc", "vbd"), default=["ipc", "vbd"])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--ipc", action="append", default=[], metavar="KEY=VALUE", help="a SolverIPC option (repeatable)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "newton_examples.json"))
-    ap.add_argument("--previews", default=str(ROOT / "nbs" / "data"), help="folder for newton_example_NAME.npz previews")
+    ap.add_argument("--previews", default=str(ROOT / "nbs" / "data"), help="folder for the newton_example_NAME.npz")
     ap.add_argument("--npz", default=None, help="folder for the full trajectories (NAME_SOLVER.npz)")
     a = ap.parse_args()
     frames = {k: int(v) for k, v in (kv.split("=", 1) for kv in a.frames)}
@@ -57,7 +57,8 @@ def main():
             runs[solver] = (run, measures)
             done["runs"] = [r for r in done["runs"] if (r["example"], r["solver"]) != (name, solver)] + [s]
             print(f"{name} {solver}: {s['frames']} frames, steps {s['wall_s']:.1f} s, test_final {s['test_final']}, "
-                  f"intersecting frames {s['intersecting_frames']}, min distance to shapes {s['min_shape_distance']:.3e} m",
+                  f"intersecting frames {s['intersecting_frames']}, "
+                  f"min distance to shapes {s['min_shape_distance']:.3e} m",
                   flush=True)
             if a.npz:
                 Path(a.npz).mkdir(parents=True, exist_ok=True)

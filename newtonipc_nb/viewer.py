@@ -159,7 +159,7 @@ def _check_poses(poses, T: int, b: int) -> np.ndarray:
 
 def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), bodies=(), fps: float = 10.0,
                     max_frames: int = 60, frame: int = -1, color="#9ecae1", width=640, height=480):
-    "A widget that plays a film trajectory `frames` (T, N, 3) with sphere centres `spheres` (T, S, 3) and rigid `bodies` [(vertices, faces, poses (T, 7))]: in the browser (clip buttons) and, with a kernel, by a frame slider."
+    "A widget that plays a film trajectory `frames` (T, N, 3) with sphere centres `spheres` (T, S, 3): in the browser (clip buttons) and, with a kernel, by a frame slider."
     frames, faces, spheres, radii = _check_trajectory(frames, faces, spheres, radii, fps, max_frames)
     T = frames.shape[0]
     keep = kept_frames(T, int(max_frames)); K = len(keep); times = keep / float(fps)
@@ -182,7 +182,8 @@ def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), bo
     movers = []
     for b, (bv, bf, poses) in enumerate(bodies):
         poses = _check_poses(poses, T, b)
-        mover = p3.Group(children=mesh_objects(bv, bf, "#bbbbbb", opacity=0.5, wireframe=False), name=f"body{b}")
+        drawn = mesh_objects(bv, bf, "#bbbbbb", opacity=0.5, wireframe=False)
+        mover = p3.Group(children=drawn, name=f"body{b}")
         _place(mover, poses[keep[start]])
         movers.append((mover, poses))
         pts += [posed_points(bv, poses[k]) for k in keep]
@@ -198,7 +199,8 @@ def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), bo
     for mover, poses in movers:
         tracks.append(p3.VectorKeyframeTrack(name=f"{mover.name}.position", times=times.astype(np.float32),
                                              values=poses[keep, :3].astype(np.float32).ravel()))
-        tracks.append(p3.QuaternionKeyframeTrack(name=f"{mover.name}.quaternion", times=times.astype(np.float32),
+        tracks.append(p3.QuaternionKeyframeTrack(name=f"{mover.name}.quaternion",
+                                                 times=times.astype(np.float32),
                                                  values=poses[keep, 3:].astype(np.float32).ravel()))
     renderer = framed_renderer(children, pts, width, height)
     root = renderer.scene
@@ -265,12 +267,14 @@ def close_widgets(w) -> int:
         o.close()
     return len(seen)
 
-# %% ../nbs/00a_viewer.ipynb #6adaeb01
+# %% ../nbs/00a_viewer.ipynb #287de135
 def _sphere_grid(r: float, segments: int, z0: float = 0.0, z1: float = 0.0):
     "A UV sphere of radius r whose upper half is lifted by z1 and lower half by z0 (a capsule when z0 = −h, z1 = h)."
-    th = np.linspace(0, np.pi, segments // 2 + 1)[:, None]; ph = np.linspace(0, 2 * np.pi, segments, endpoint=False)[None]
+    th = np.linspace(0, np.pi, segments // 2 + 1)[:, None]
+    ph = np.linspace(0, 2 * np.pi, segments, endpoint=False)[None]
     z = r * np.cos(th) + np.where(np.cos(th) >= 0, z1, z0)
-    V = np.stack([r * np.sin(th) * np.cos(ph), r * np.sin(th) * np.sin(ph), np.broadcast_to(z, (len(th), segments))], -1)
+    V = np.stack([r * np.sin(th) * np.cos(ph), r * np.sin(th) * np.sin(ph),
+                  np.broadcast_to(z, (len(th), segments))], -1)
     V = V.reshape(-1, 3); F = []
     for i in range(len(th) - 1):
         for j in range(segments):
@@ -278,8 +282,9 @@ def _sphere_grid(r: float, segments: int, z0: float = 0.0, z1: float = 0.0):
             F += [[a, a + segments, b], [b, a + segments, b + segments]]
     return V, np.array(F, np.int32)
 
-def shape_mesh(kind: str, scale=(1.0, 1.0, 1.0), *, mesh=None, segments: int = 24, plane_size: float = 10.0, center=(0.0, 0.0)):
-    "Vertices and triangles drawing a collision shape in its own frame: 'plane', 'box', 'sphere', 'capsule' (axis z) or 'mesh'."
+def shape_mesh(kind: str, scale=(1.0, 1.0, 1.0), *, mesh=None, segments: int = 24, plane_size: float = 10.0,
+               center=(0.0, 0.0)):
+    "Triangles of a collision shape in its own frame: 'plane', 'box', 'sphere', 'capsule' (axis z) or 'mesh'."
     sx, sy, sz = (float(v) for v in scale)
     if kind == "plane":
         h, (cx, cy) = plane_size / 2, center
@@ -287,7 +292,8 @@ def shape_mesh(kind: str, scale=(1.0, 1.0, 1.0), *, mesh=None, segments: int = 2
         return V, np.array([[0, 1, 2], [0, 2, 3]], np.int32)
     if kind == "box":
         V = np.array([[x, y, z] for x in (-sx, sx) for y in (-sy, sy) for z in (-sz, sz)], float)
-        F = [[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1], [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]]
+        F = [[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
+             [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]]
         return V, np.array(F, np.int32)
     if kind == "sphere": return _sphere_grid(sx, segments)
     if kind == "capsule": return _sphere_grid(sx, segments, -sy, sy)

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-COMMAND = [sys.executable, "-c", "import sys; from newtonipc_nb.verification.newton_examples import main; sys.exit(main())"]
+COMMAND = [sys.executable, "-c",
+           "import sys; from newtonipc_nb.verification.newton_examples import main; sys.exit(main())"]
 
 from newtonipc_nb.verification.newton_examples import ipc_acceptance, measure_run, run_example, run_summary
 
@@ -35,7 +36,7 @@ def test_command_bad_argument():
 @pytest.mark.slow
 @pytest.mark.parametrize("name,frames", [("cloth_hanging", None), ("cloth_twist", 150), ("cloth_poker_cards", None)])
 def test_example_on_ipc(name, frames):
-    "The acceptance: the example's own test_final passes, no intersecting frame, no particle closer than min_gap to a shape."
+    "Acceptance: the example's own test_final passes, no intersecting frame, no particle within min_gap of a shape."
     if name == "cloth_twist": pytest.importorskip("pxr")
     run = run_example(name, solver="ipc", frames=frames)
     summary = run_summary(run, measure_run(run))
