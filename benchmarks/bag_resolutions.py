@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from newtonipc_nb.bag import flap_height, load_trajectory, measure, neck_width, thin_trajectory, trajectory_resolution
+from newtonipc_nb.scenes.bag_measure import flap_height, measure, neck_width
+from newtonipc_nb.scenes.bag_run import load_trajectory, thin_trajectory, trajectory_resolution
 
 DATA = Path(__file__).resolve().parents[1] / "nbs" / "data"
 

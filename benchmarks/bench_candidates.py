@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import warp as wp
 
-from newtonipc_nb.barrier import (CandidateSearch, bag_film_model, brute_force_contacts, contact_keys, crumpled_bag,
-                                  flattened_bag, folded_bag)
+from newtonipc_nb.candidates import CandidateSearch, contact_keys
+from newtonipc_nb.scenes.test_scenes import bag_film_model, crumpled_bag, flattened_bag, folded_bag
+from newtonipc_nb.verification.candidate_refs import brute_force_contacts
 
 
 def timed(fn, repeat):

@@ -16,8 +16,9 @@ import pandas as pd
 import warp as wp
 
 from newtonipc_nb import ccd
-from newtonipc_nb.barrier import CandidateSearch, bag_film_model, flattened_bag
-from newtonipc_nb.inputs import bag_mesh
+from newtonipc_nb.candidates import CandidateSearch
+from newtonipc_nb.scenes.test_scenes import bag_film_model, flattened_bag
+from newtonipc_nb.scenes.bag_scene import bag_mesh
 
 OUT = Path(__file__).resolve().parent / "results" / "ccd.json"
 

@@ -19,7 +19,9 @@ import pandas as pd
 import warp as wp
 
 from newtonipc_nb.elastic import HingeTerm, MembraneTerm
-from newtonipc_nb.inputs import HessianBlocks, IPCModel, bag_scene_builder
+from newtonipc_nb.terms import HessianBlocks
+from newtonipc_nb.inputs import IPCModel
+from newtonipc_nb.scenes.bag_scene import bag_scene_builder
 
 
 def _median_ms(fn, repeats, device):

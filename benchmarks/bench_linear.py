@@ -28,7 +28,8 @@ from newtonipc_nb.linear import make_linear_solver, system_from_bsr
 
 def systems_of_saved_run(path, at):
     "Every Newton system of the bag step after time `at` of a saved run, copied off the solver's observer."
-    from newtonipc_nb.bag import DT, run_bag
+    from newtonipc_nb.scenes.bag_scene import DT
+    from newtonipc_nb.scenes.bag_run import run_bag
     kept = []
     run_bag(at + DT, resume=path, resume_at=at, progress=False, observer=lambda info: kept.append(info.system.copy()))
     return kept
@@ -53,7 +54,7 @@ def main():
     if a.resume:
         systems, where = systems_of_saved_run(a.resume, a.at), f"bag step after t = {a.at:.3f} s of {a.resume}"
     else:
-        from newtonipc_nb.validation import bag_contact_systems
+        from newtonipc_nb.verification.runner import bag_contact_systems
         raw, gap, t = bag_contact_systems("cpu")
         systems, where = [], f"bag step to t = {t:.4f} s (first contact gap {1e6 * gap:.0f} µm)"
         systems = [system_from_bsr(H, -(D * g)) for g, H, D in raw]        # (∇Φ, D H D, D) copies

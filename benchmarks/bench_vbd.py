@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 import warp as wp
 
-from newtonipc_nb.bag import run_bag
-from newtonipc_nb.validation import compare_vbd, run_vbd_bag, save_side_by_side, unchecked_timeline
+from newtonipc_nb.scenes.bag_run import run_bag
+from newtonipc_nb.verification.vbd import compare_vbd, run_vbd_bag, save_side_by_side, unchecked_timeline
 
 
 def main():

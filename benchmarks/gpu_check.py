@@ -35,7 +35,7 @@ def main():
     tests_s = time.perf_counter() - t
     summary = (tests.stdout.strip().splitlines() or ["(no output)"])[-1]
     print(tests.stdout[-4000:])
-    from newtonipc_nb.bag import run_bag
+    from newtonipc_nb.scenes.bag_run import run_bag
     run_bag(2 / 240, device="cuda", progress=False)                     # compile
     tr = run_bag(a.until, device="cuda", progress=False)
     its = int(sum(s["newton_iterations"] for s in tr.steps))

@@ -12,7 +12,6 @@ import warp as wp
 
 from .candidates import ContactSet
 from .checks import vec3d_array
-from .compat import moved
 from .distances import candidate_weights, weighted_sum
 from .terms import EnergyTerm, HessianBlocks
 
@@ -186,6 +185,7 @@ class BarrierTerm(EnergyTerm):
         self._ref_gaps, self._ref_x, self._ref_of = wp.zeros(1, dtype=wp.float64, device=cs.device), None, None
         self._motion = wp.zeros(1, dtype=wp.float64, device=cs.device)
         self._prepared = None
+        self._scope = None
 
     @property
     def contacts(self) -> ContactSet: return _resolve_contacts(self.provider)
@@ -214,9 +214,14 @@ class BarrierTerm(EnergyTerm):
         self.add_energy(x, e)
         return float(e.numpy()[0])
 
+    def restrict(self, contacts: ContactSet | None) -> None:
+        "Evaluate the energy over `contacts` (a `near` subset that holds every candidate that can be active) until told otherwise; None: all."
+        self._scope = contacts
+
     def add_energy(self, x: wp.array, out: wp.array, contacts: ContactSet | None = None) -> None:
-        "Add Σ B(g) into out[0] on the device (+inf if any candidate has g ≤ 0), over `contacts` (default: the term's own, e.g. a `near` subset)."
-        cs = self.contacts if contacts is None else contacts; self._check_x(x, cs)
+        "Add Σ B(g) into out[0] on the device (+inf if any candidate has g ≤ 0), over `contacts` (default: the `restrict`ed set, else all)."
+        cs = contacts if contacts is not None else self._scope if self._scope is not None else self.contacts
+        self._check_x(x, cs)
         if cs.count:
             wp.launch(_barrier_energy_kernel, dim=cs.count, device=cs.device,
                       inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa)], outputs=[out])
@@ -293,11 +298,3 @@ class BarrierTerm(EnergyTerm):
                   inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa), self._active, wp.int32(every),
                           wp.int32(offset)],
                   outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
-
-# %% ../nbs/05_contact_barrier.ipynb #da9d1477
-__getattr__, __dir__ = moved(__name__, {
-    "newtonipc_nb.distances": "KIND_VT KIND_EE KIND_SF KIND_SS KIND_NAMES point_triangle_weights edge_edge_weights vertex_face_distance edge_edge_distance",
-    "newtonipc_nb.candidates": "EPS32 CandidateSearch contact_keys",
-    "newtonipc_nb.scenes.test_scenes": "bag_film_model flattened_bag folded_bag crumpled_bag barrier_test_scene",
-    "newtonipc_nb.verification.distance_refs": "VT_CASES EE_CASES sample_configurations ipctk_distances ipctk_agreement exact_edge_edge_distance",
-    "newtonipc_nb.verification.candidate_refs": "brute_force_contacts swept_check"})

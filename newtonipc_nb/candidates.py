@@ -11,7 +11,7 @@ import numpy as np
 import warp as wp
 
 from .checks import vec3d_array
-from .distances import KIND_EE, KIND_NAMES, KIND_SS
+from .distances import KIND_EE, KIND_NAMES, KIND_SS, KIND_VP
 from .inputs import IPCModel
 
 # %% auto #0
@@ -108,6 +108,15 @@ def _primitive_boxes(prim: wp.array(dtype=wp.int32, ndim=2), lo: wp.array(dtype=
     lowers[t] = _lo32(l)
     uppers[t] = _hi32(h)
 
+@wp.kernel
+def _edge_boxes(edge: wp.array(dtype=wp.int32, ndim=2), radius: wp.array(dtype=wp.float64), lo: wp.array(dtype=wp.vec3d),
+                hi: wp.array(dtype=wp.vec3d), lowers: wp.array(dtype=wp.vec3), uppers: wp.array(dtype=wp.vec3)):
+    "The FP32 box of edge t grown by its radius (a capsule's axis)."
+    t = wp.tid()
+    r = wp.vec3d(radius[t], radius[t], radius[t])
+    lowers[t] = _lo32(wp.min(lo[edge[t, 0]], lo[edge[t, 1]]) - r)
+    uppers[t] = _hi32(wp.max(hi[edge[t, 0]], hi[edge[t, 1]]) + r)
+
 # %% ../nbs/04_candidates.ipynb #b7161682
 @wp.func
 def _append(counter: wp.array(dtype=wp.int32), cap: wp.int32, pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
@@ -138,15 +147,23 @@ def _query_vt(bvh: wp.uint64, verts: wp.array(dtype=wp.int32), tri: wp.array(dty
         _append(counter, cap, pairs, kinds, offsets, wp.vec4i(v, a, b, c), 0, min_gap)
 
 # %% ../nbs/04_candidates.ipynb #f230b085
+@wp.func
+def _edge_offset(ra: wp.float64, rb: wp.float64, min_gap: wp.float64) -> wp.float64:
+    "Offset of an edge pair: min_gap between film edges, the radii plus min_gap/2 when a capsule axis is involved."
+    c = min_gap
+    if ra + rb > wp.float64(0.0):
+        c = ra + rb + wp.float64(0.5) * min_gap
+    return c
+
 @wp.kernel
-def _query_ee(bvh: wp.uint64, edge: wp.array(dtype=wp.int32, ndim=2), fixed: wp.array(dtype=wp.int32),
-              lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d), delta: wp.float64, min_gap: wp.float64,
-              cap: wp.int32, counter: wp.array(dtype=wp.int32),
+def _query_ee(bvh: wp.uint64, edge: wp.array(dtype=wp.int32, ndim=2), radius: wp.array(dtype=wp.float64),
+              fixed: wp.array(dtype=wp.int32), lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d), delta: wp.float64,
+              min_gap: wp.float64, cap: wp.int32, counter: wp.array(dtype=wp.int32),
               pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.float64)):
     i = wp.tid()
     a0 = edge[i, 0]
     a1 = edge[i, 1]
-    dv = wp.vec3d(delta, delta, delta)
+    dv = wp.vec3d(delta + radius[i], delta + radius[i], delta + radius[i])
     query = wp.bvh_query_aabb(bvh, _lo32(wp.min(lo[a0], lo[a1]) - dv), _hi32(wp.max(hi[a0], hi[a1]) + dv))
     j = int(0)
     while wp.bvh_query_next(query, j):
@@ -158,12 +175,13 @@ def _query_ee(bvh: wp.uint64, edge: wp.array(dtype=wp.int32, ndim=2), fixed: wp.
             continue
         if fixed[a0] != 0 and fixed[a1] != 0 and fixed[b0] != 0 and fixed[b1] != 0:
             continue
-        _append(counter, cap, pairs, kinds, offsets, wp.vec4i(a0, a1, b0, b1), 1, min_gap)
+        _append(counter, cap, pairs, kinds, offsets, wp.vec4i(a0, a1, b0, b1), 1, _edge_offset(radius[i], radius[j], min_gap))
 
 # %% ../nbs/04_candidates.ipynb #6c49a053
 @wp.kernel
 def _query_spheres(bvh: wp.uint64, has_tri: wp.int32, sphere: wp.array(dtype=wp.int32), radius: wp.array(dtype=wp.float64),
-                   tri: wp.array(dtype=wp.int32, ndim=2), fixed: wp.array(dtype=wp.int32),
+                   tri: wp.array(dtype=wp.int32, ndim=2), axis: wp.array(dtype=wp.int32), edge: wp.array(dtype=wp.int32, ndim=2),
+                   edge_radius: wp.array(dtype=wp.float64), fixed: wp.array(dtype=wp.int32),
                    lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d), delta: wp.float64, min_gap: wp.float64,
                    cap: wp.int32, counter: wp.array(dtype=wp.int32),
                    pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.float64)):
@@ -181,10 +199,39 @@ def _query_spheres(bvh: wp.uint64, has_tri: wp.int32, sphere: wp.array(dtype=wp.
             if fixed[s] != 0 and fixed[a] != 0 and fixed[b] != 0 and fixed[c] != 0:
                 continue
             _append(counter, cap, pairs, kinds, offsets, wp.vec4i(s, a, b, c), 2, R + wp.float64(0.5) * min_gap)
+    for m in range(axis.shape[0]):
+        e = axis[m]
+        if fixed[s] == 0 or fixed[edge[e, 0]] == 0 or fixed[edge[e, 1]] == 0:
+            _append(counter, cap, pairs, kinds, offsets, wp.vec4i(s, s, edge[e, 0], edge[e, 1]), 1, R + edge_radius[e])
     for m in range(k + 1, sphere.shape[0]):
         j = sphere[m]
         if fixed[s] == 0 or fixed[j] == 0:
             _append(counter, cap, pairs, kinds, offsets, wp.vec4i(s, j, j, j), 3, R + radius[j])
+
+# %% ../nbs/04_candidates.ipynb #9e4e01ac
+@wp.kernel
+def _query_planes(clients: wp.array(dtype=wp.int32), radius: wp.array(dtype=wp.float64), fixed: wp.array(dtype=wp.int32),
+                  planes: wp.array(dtype=wp.vec3i), normals: wp.array(dtype=wp.vec3d), pad: wp.array(dtype=wp.float64),
+                  lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d), delta: wp.float64, min_gap: wp.float64,
+                  cap: wp.int32, counter: wp.array(dtype=wp.int32),
+                  pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.float64)):
+    v = clients[wp.tid()]
+    if fixed[v] != 0:
+        return
+    c = min_gap
+    if radius[v] > wp.float64(0.0):
+        c = radius[v] + wp.float64(0.5) * min_gap
+    half = wp.float64(0.5)
+    for k in range(planes.shape[0]):
+        pl = planes[k]
+        n = normals[k]
+        an = wp.vec3d(wp.abs(n[0]), wp.abs(n[1]), wp.abs(n[2]))
+        # the interval of n·(x − o) over the client's box and the plane origin's box
+        mid = wp.dot(n, half * (lo[v] + hi[v]) - half * (lo[pl[0]] + hi[pl[0]]))
+        ext = wp.dot(an, half * (hi[v] - lo[v]) + half * (hi[pl[0]] - lo[pl[0]]))
+        dist = wp.max(wp.abs(mid) - ext, wp.float64(0.0))
+        if dist < delta + c + pad[k]:
+            _append(counter, cap, pairs, kinds, offsets, wp.vec4i(v, pl[0], pl[1], pl[2]), 4, c + pad[k])
 
 # %% ../nbs/04_candidates.ipynb #13875979
 @wp.kernel
@@ -203,7 +250,9 @@ def _outside_boxes(xs: wp.array(dtype=wp.vec3d), xe: wp.array(dtype=wp.vec3d), l
 class CandidateSearch:
     "Swept BVH contact-candidate search over an `IPCModel` with skin reuse; `update(x_start, x_end)` returns the `ContactSet`."
     def __init__(self, model: IPCModel, *, dhat: float = 1e-3, min_gap: float = 3e-5, skin: float = 1.5e-3,
-                 capacity: int | None = None, device=None):
+                 capacity: int | None = None, edge_radius=None, planes=None, plane_pad=None, device=None):
+        """`edge_radius` (per edge, default 0) makes an edge a capsule axis; `planes` (p, 3) particle triples (o, o + x̂,
+        o + ŷ) are infinite planes with margins `plane_pad`, moved by translation (`set_plane_normals` gives their normals)."""
         if not (dhat > 0 and min_gap >= 0 and skin >= 0):
             raise ValueError(f"CandidateSearch needs dhat > 0, min_gap ≥ 0 and skin ≥ 0; got dhat={dhat}, min_gap={min_gap}, skin={skin}")
         self.device = wp.get_device(device if device is not None else model.device)
@@ -216,6 +265,19 @@ class CandidateSearch:
         self.fixed = wp.array(model.fixed.numpy(), dtype=wp.int32, device=d)
         self.radius = wp.array(model.radius.numpy(), dtype=wp.float64, device=d)
         self.sphere = wp.array(model.sphere.numpy(), dtype=wp.int32, device=d)
+        er = np.zeros(len(edge)) if edge_radius is None else np.asarray(edge_radius, dtype=np.float64).reshape(-1)
+        if er.shape != (len(edge),) or not (er >= 0).all():
+            raise ValueError(f"CandidateSearch: edge_radius must hold {len(edge)} values ≥ 0")
+        self.edge_radius = wp.array(er, dtype=wp.float64, device=d)
+        self.axis = wp.array(np.flatnonzero(er > 0).astype(np.int32), dtype=wp.int32, device=d)
+        pl = np.zeros((0, 3), np.int32) if planes is None else np.asarray(planes, dtype=np.int32).reshape(-1, 3)
+        pad = np.zeros(len(pl)) if plane_pad is None else np.asarray(plane_pad, dtype=np.float64).reshape(-1)
+        self.planes = wp.array(pl, dtype=wp.vec3i, device=d)
+        self.plane_pad = wp.array(pad, dtype=wp.float64, device=d)
+        self.plane_normals = wp.zeros(len(pl), dtype=wp.vec3d, device=d)
+        free = model.fixed.numpy() == 0
+        clients = np.union1d(np.unique(tri), model.sphere.numpy()).astype(np.int32)
+        self.plane_clients = wp.array(clients[free[clients]], dtype=wp.int32, device=d)
         self.tri_vertices = wp.array(np.unique(tri).astype(np.int32), dtype=wp.int32, device=d)
         self.lo = wp.zeros(self.n, dtype=wp.vec3d, device=d); self.hi = wp.zeros(self.n, dtype=wp.vec3d, device=d)
         self._tri_lo = wp.zeros(max(len(tri), 1), dtype=wp.vec3, device=d); self._tri_hi = wp.zeros(max(len(tri), 1), dtype=wp.vec3, device=d)
@@ -226,6 +288,14 @@ class CandidateSearch:
         self.contacts = ContactSet.allocate(cap, device=d)
         self.built = False
         self.stats = dict(builds=0, reuses=0, regrows=0)
+
+    def set_plane_normals(self, normals) -> None:
+        "The unit normals (p, 3) of the planes for the coming motion (a plane moves by translation only)."
+        n = np.asarray(normals, dtype=np.float64).reshape(-1, 3)
+        if n.shape[0] != self.planes.shape[0]: raise ValueError(f"CandidateSearch: {n.shape[0]} normals for {self.planes.shape[0]} planes")
+        if np.array_equal(n, self.plane_normals.numpy()): return
+        self.plane_normals.assign(n)
+        self.built = False
 
     def covers(self, x_start: wp.array, x_end: wp.array | None = None) -> bool:
         "True when every particle's start and end positions lie in the boxes the current set was built with (the reuse rule)."
@@ -260,7 +330,7 @@ class CandidateSearch:
             if self._tri_bvh is None: self._tri_bvh = wp.Bvh(self._tri_lo, self._tri_hi)
             else: self._tri_bvh.rebuild()
         if E:
-            wp.launch(_primitive_boxes, dim=E, inputs=[self.edge, self.lo, self.hi], outputs=[self._edge_lo, self._edge_hi], device=d)
+            wp.launch(_edge_boxes, dim=E, inputs=[self.edge, self.edge_radius, self.lo, self.hi], outputs=[self._edge_lo, self._edge_hi], device=d)
             if self._edge_bvh is None: self._edge_bvh = wp.Bvh(self._edge_lo, self._edge_hi)
             else: self._edge_bvh.rebuild()
         while True:
@@ -285,12 +355,16 @@ class CandidateSearch:
                       inputs=[self._tri_bvh.id, self.tri_vertices, self.tri, self.fixed, self.lo, self.hi, delta, mg, cap])
         if self.edge.shape[0]:
             wp.launch(_query_ee, dim=self.edge.shape[0], device=d, outputs=out,
-                      inputs=[self._edge_bvh.id, self.edge, self.fixed, self.lo, self.hi, delta, mg, cap])
+                      inputs=[self._edge_bvh.id, self.edge, self.edge_radius, self.fixed, self.lo, self.hi, delta, mg, cap])
         if self.sphere.shape[0]:
             has_tri = self.tri.shape[0] > 0
             wp.launch(_query_spheres, dim=self.sphere.shape[0], device=d, outputs=out,
                       inputs=[self._tri_bvh.id if has_tri else wp.uint64(0), wp.int32(has_tri), self.sphere, self.radius, self.tri,
-                              self.fixed, self.lo, self.hi, delta, mg, cap])
+                              self.axis, self.edge, self.edge_radius, self.fixed, self.lo, self.hi, delta, mg, cap])
+        if self.planes.shape[0] and self.plane_clients.shape[0]:
+            wp.launch(_query_planes, dim=self.plane_clients.shape[0], device=d, outputs=out,
+                      inputs=[self.plane_clients, self.radius, self.fixed, self.planes, self.plane_normals, self.plane_pad,
+                              self.lo, self.hi, delta, mg, cap])
         return int(self._counter.numpy()[0])
 
 # %% ../nbs/04_candidates.ipynb #8ab65223

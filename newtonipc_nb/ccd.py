@@ -13,15 +13,14 @@ import warp as wp
 
 from .candidates import ContactSet
 from .checks import choice, float_array, non_negative, option, vec3d_array
-from .compat import moved
-from .distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT, candidate_weights, weighted_sum
+from .distances import KIND_EE, KIND_SF, KIND_SS, KIND_VP, KIND_VT, candidate_weights, weighted_sum
 
 # %% auto #0
 __all__ = ['ACCD_ETA', 'ACCD_MAX_ITER', 'STEP_METHODS', 'vertex_face_toi', 'edge_edge_toi', 'candidate_step_bounds',
            'bound_from_minimum', 'DeviceStepBound', 'step_bound', 'fp32_gaps', 'fp32_gap_check']
 
 # %% ../nbs/06_ccd.ipynb #12d7944f
-_VT, _EE, _SF, _SS = wp.constant(KIND_VT), wp.constant(KIND_EE), wp.constant(KIND_SF), wp.constant(KIND_SS)
+_VT, _EE, _SF, _SS, _VP = (wp.constant(k) for k in (KIND_VT, KIND_EE, KIND_SF, KIND_SS, KIND_VP))
 _BIG = wp.constant(wp.float64(1.0e300))
 _EPS_FP = wp.constant(wp.float64(64.0 * 2.0**-52))   # FP64 allowance per unit of coordinate magnitude (see below)
 
@@ -35,7 +34,7 @@ def _approach(kind: wp.int32, u0: wp.float64, u1: wp.float64, u2: wp.float64, u3
     a = u1 - u0
     if kind == _EE:
         a = wp.max(u2, u3) - wp.min(u0, u1)
-    elif kind == _VT or kind == _SF:
+    elif kind == _VT or kind == _SF or kind == _VP:
         a = wp.max(wp.max(u1, u2), u3) - u0
     return a
 
@@ -296,10 +295,3 @@ def fp32_gap_check(contacts: ContactSet, x64, device=None) -> tuple[bool, float,
     if g.size == 0: return True, math.inf, 0
     lost = int(np.sum(~(g > tol)))
     return lost == 0, float(g.min()), lost
-
-# %% ../nbs/06_ccd.ipynb #62cc846e
-__getattr__, __dir__ = moved(__name__, {
-    "newtonipc_nb.intersections": "count_intersections intersecting_pairs tri_tri_intersect tri_tri_intersect_exact",
-    "newtonipc_nb.scenes.test_scenes": "through_face_scene random_soup grid_sheet folded_sheet crumpled_sheet flat_crumpled_sheet bag_step_states",
-    "newtonipc_nb.verification.ccd_refs": "CCD_QUERY_KINDS ccd_queries_dir QueryBatch read_query_file load_ccd_queries ccd_query_report ipctk_step_bound",
-    "newtonipc_nb.verification.intersection_refs": "pair_intersects_reference box_overlap_pairs reference_intersecting_pairs ipctk_has_intersections"})

@@ -5,18 +5,56 @@
 # %% ../nbs/03_distances.ipynb #c47b7a48
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import warp as wp
 
 from .checks import float_array
 
 # %% auto #0
-__all__ = ['KIND_VT', 'KIND_EE', 'KIND_SF', 'KIND_SS', 'KIND_NAMES', 'point_triangle_weights', 'edge_edge_weights',
-           'candidate_weights', 'weighted_sum', 'vertex_face_distance', 'edge_edge_distance']
+__all__ = ['CONTACT_KINDS', 'KIND_BY_CODE', 'KIND_VT', 'KIND_EE', 'KIND_SF', 'KIND_SS', 'KIND_VP', 'KIND_NAMES', 'ContactKind',
+           'point_triangle_weights', 'edge_edge_weights', 'plane_weights', 'candidate_weights', 'weighted_sum',
+           'vertex_face_distance', 'edge_edge_distance', 'vertex_plane_distance']
 
 # %% ../nbs/03_distances.ipynb #a3c62182
-KIND_VT, KIND_EE, KIND_SF, KIND_SS = 0, 1, 2, 3
-KIND_NAMES = {KIND_VT: "vertex–triangle", KIND_EE: "edge–edge", KIND_SF: "sphere–face", KIND_SS: "sphere–sphere"}
+@dataclass(frozen=True)
+class ContactKind:
+    "One kind of contact: its code in `ContactSet.kind` and how every stage of the step reads it."
+    code: int
+    key: str        # short name in statistics
+    name: str
+    slots: str      # what the four particle indices hold
+    weights: str    # the closest-point rule `candidate_weights` applies
+    query: str      # where `CandidateSearch` finds it
+    ccd: str        # the step bound's motion rule: "point-face", "edge-edge" or "point-point"
+    friction: str   # the tangent frame of its friction
+    template: str   # the error text, formatted with the four (labelled) particles
+
+    def describe(self, p, label=str) -> str:
+        "The two primitives of a candidate `p`, each particle written by `label`."
+        return self.template.format(*(label(int(i)) for i in p))
+
+# %% ../nbs/03_distances.ipynb #a48b32a8
+_CLOSEST = "closest points: n = r/‖r‖, tangent = the weighted relative motion minus its normal part"
+CONTACT_KINDS = (
+    ContactKind(0, "vt", "vertex–triangle", "(v, t0, t1, t2)", "point_triangle_weights",
+                "vertices × triangle BVH (film and obstacle triangles)", "point-face", _CLOSEST,
+                "vertex {0} and triangle ({1}, {2}, {3})"),
+    ContactKind(1, "ee", "edge–edge", "(a0, a1, b0, b1)", "edge_edge_weights",
+                "edges × edge BVH (capsule axes carry their radius)", "edge-edge", _CLOSEST,
+                "edge ({0}, {1}) and edge ({2}, {3})"),
+    ContactKind(2, "sf", "sphere–face", "(s, t0, t1, t2)", "point_triangle_weights",
+                "sphere centres × triangle BVH", "point-face", _CLOSEST, "sphere {0} and triangle ({1}, {2}, {3})"),
+    ContactKind(3, "ss", "sphere–sphere", "(i, j, j, j)", "(1, −1, 0, 0)", "every pair of sphere centres",
+                "point-point", _CLOSEST, "spheres {0} and {1}"),
+    ContactKind(4, "vp", "vertex–plane", "(v, o, o + e1, o + e2)", "plane_weights",
+                "film vertices and sphere centres × infinite planes", "point-face", _CLOSEST,
+                "{0} and the plane through ({1}, {2}, {3})"),
+)
+KIND_BY_CODE = {k.code: k for k in CONTACT_KINDS}
+KIND_VT, KIND_EE, KIND_SF, KIND_SS, KIND_VP = (k.code for k in CONTACT_KINDS)
+KIND_NAMES = {k.code: k.name for k in CONTACT_KINDS}
 
 @wp.func
 def _segment_param(p: wp.vec3d, a: wp.vec3d, b: wp.vec3d) -> wp.float64:
@@ -137,15 +175,36 @@ def edge_edge_weights(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3d) ->
                 t = ti
     return wp.vec4d(one - s, s, t - one, -t)
 
+# %% ../nbs/03_distances.ipynb #af9f2649
+@wp.func
+def plane_weights(p: wp.vec3d, o: wp.vec3d, a: wp.vec3d, b: wp.vec3d) -> wp.vec4d:
+    "Weights (1, −(1−u−v), −u, −v) of the projection of p on the plane through o, a, b."
+    e1 = a - o
+    e2 = b - o
+    r = p - o
+    a11 = wp.dot(e1, e1)
+    a12 = wp.dot(e1, e2)
+    a22 = wp.dot(e2, e2)
+    det = a11 * a22 - a12 * a12
+    r1 = wp.dot(e1, r)
+    r2 = wp.dot(e2, r)
+    u = (a22 * r1 - a12 * r2) / det
+    v = (a11 * r2 - a12 * r1) / det
+    return wp.vec4d(wp.float64(1.0), -(wp.float64(1.0) - u - v), -u, -v)
+
 # %% ../nbs/03_distances.ipynb #ca069347
+_VT, _EE, _SF, _VP = wp.constant(KIND_VT), wp.constant(KIND_EE), wp.constant(KIND_SF), wp.constant(KIND_VP)
+
 @wp.func
 def candidate_weights(kind: wp.int32, x0: wp.vec3d, x1: wp.vec3d, x2: wp.vec3d, x3: wp.vec3d) -> wp.vec4d:
-    "Weights of a candidate of `kind` (VT/SF: point–triangle, EE: edge–edge, SS: (1, −1, 0, 0))."
+    "Weights of a candidate of `kind` (VT/SF: point–triangle, EE: edge–edge, VP: point–plane, SS: (1, −1, 0, 0))."
     w = wp.vec4d(wp.float64(1.0), wp.float64(-1.0), wp.float64(0.0), wp.float64(0.0))
-    if kind == 0 or kind == 2:
+    if kind == _VT or kind == _SF:
         w = point_triangle_weights(x0, x1, x2, x3)
-    elif kind == 1:
+    elif kind == _EE:
         w = edge_edge_weights(x0, x1, x2, x3)
+    elif kind == _VP:
+        w = plane_weights(x0, x1, x2, x3)
     return w
 
 @wp.func
@@ -178,3 +237,7 @@ def vertex_face_distance(x: np.ndarray, device=None) -> tuple[np.ndarray, np.nda
 def edge_edge_distance(x: np.ndarray, device=None) -> tuple[np.ndarray, np.ndarray]:
     "Unsquared edge–edge distances (n,) and weights (n, 4) of `x` (n, 4, 3) float64 = (a0, a1, b0, b1)."
     return _batch(x, KIND_EE, "edge_edge_distance", device)
+
+def vertex_plane_distance(x: np.ndarray, device=None) -> tuple[np.ndarray, np.ndarray]:
+    "Unsigned vertex–plane distances (n,) and weights (n, 4) of `x` (n, 4, 3) float64 = (vertex, o, a, b) for the plane through o, a, b."
+    return _batch(x, KIND_VP, "vertex_plane_distance", device)

@@ -9,7 +9,6 @@ import numpy as np
 import warp as wp
 
 from .checks import choice, float_array, per_element
-from .compat import moved
 from .inputs import IPCModel, mat32d
 from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays
 
@@ -407,10 +406,3 @@ def hinge_derivatives(X, theta0, k, device=None):
         wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, kk], outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
         wp.launch(_hinge_accumulate_kernel, dim=n, device=d, inputs=[x, h, t0, kk, wp.int32(0)], outputs=[g, hb.rows, hb.cols, hb.vals])
     return e.numpy(), th.numpy(), g.numpy().reshape(n, 4, 3), _blocks_to_dense(hb.vals.numpy(), n, 4)
-
-# %% ../nbs/02_membrane_bending.ipynb #7be30f65
-__getattr__, __dir__ = moved(__name__, {
-    "newtonipc_nb.supports": "TIE_STIFFNESS SupportTerm TieTerm",
-    "newtonipc_nb.terms": "term_derivatives",
-    "newtonipc_nb.scenes.test_scenes": "random_triangles",
-    "newtonipc_nb.verification.elastic_refs": "torch_membrane_energy torch_hinge_energy torch_support_energy torch_tie_energy torch_agreement"})

@@ -11,7 +11,6 @@ import warp as wp
 from .checks import non_negative, positive
 from .terms import ElementEnergyTerm, HessianBlocks
 from .barrier import barrier_d1
-from .compat import moved
 from .distances import candidate_weights
 
 # %% auto #0
@@ -20,7 +19,8 @@ __all__ = ['FrictionTerm']
 # %% ../nbs/08_friction.ipynb #9ae70641
 @wp.kernel
 def _lag_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kind: wp.array(dtype=wp.int32),
-                offset: wp.array(dtype=wp.float64), mu: wp.float64, dhat: wp.float64, kappa: wp.float64,
+                offset: wp.array(dtype=wp.float64), mu: wp.float64, particle_mu: wp.array(dtype=wp.float64),
+                dhat: wp.float64, kappa: wp.float64,
                 w_out: wp.array(dtype=wp.vec4d), n_out: wp.array(dtype=wp.vec3d), load_out: wp.array(dtype=wp.float64)):
     c = wp.tid()
     p = pairs[c]
@@ -29,9 +29,14 @@ def _lag_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), ki
     d = wp.length(r)
     g = d - offset[c]
     w_out[c] = w
+    m = mu
+    if particle_mu.shape[0] > 0:
+        for a in range(4):      # a contact with an obstacle point takes that obstacle's coefficient
+            if particle_mu[p[a]] >= wp.float64(0.0):
+                m = particle_mu[p[a]]
     if g > wp.float64(0.0) and g < dhat and d > wp.float64(0.0):
         n_out[c] = r / d
-        load_out[c] = -mu * barrier_d1(g, dhat, kappa)
+        load_out[c] = -m * barrier_d1(g, dhat, kappa)
     else:
         n_out[c] = wp.vec3d(0.0)
         load_out[c] = wp.float64(0.0)
@@ -82,13 +87,18 @@ def _friction_accumulate(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3
 # %% ../nbs/08_friction.ipynb #45b0b9f3
 class FrictionTerm(ElementEnergyTerm):
     "Lagged smoothed friction over the contact candidates of `search` (a `CandidateSearch`); μ = `mu`."
-    def __init__(self, search, *, mu: float = 0.35, dhat: float = 1.0e-3, kappa: float = 1000.0, sliding_speed: float = 1.0e-3):
+    def __init__(self, search, *, mu: float = 0.35, dhat: float = 1.0e-3, kappa: float = 1000.0, sliding_speed: float = 1.0e-3,
+                 particle_mu=None):
+        "`particle_mu` (per particle, < 0 where unset) gives the coefficient of every contact that involves that particle."
         fn = "FrictionTerm"
         if not hasattr(search, "contacts"): raise TypeError(f"{fn}: search must be a CandidateSearch, got {type(search).__name__}")
         non_negative(mu, "mu", fn=fn)
         for name, v in (("dhat", dhat), ("kappa", kappa), ("sliding_speed", sliding_speed)): positive(v, name, fn=fn)
         self.search, self.mu, self.dhat, self.kappa, self.sliding_speed = search, mu, dhat, kappa, sliding_speed
         self.device = search.device
+        pm = np.zeros(0) if particle_mu is None else np.asarray(particle_mu, dtype=np.float64).reshape(-1)
+        self.particle_mu = wp.array(pm, dtype=wp.float64, device=self.device)
+        self._any_mu = mu > 0 or bool((pm > 0).any())
         self.clear()
 
     def clear(self):
@@ -100,17 +110,18 @@ class FrictionTerm(ElementEnergyTerm):
         self.n = wp.zeros(0, dtype=wp.vec3d, device=d); self.load = wp.zeros(0, dtype=wp.float64, device=d)
         self._e = wp.zeros(0, dtype=wp.float64, device=d)
 
-    def lag(self, x0: wp.array, dt: float, contacts=None):
+    def lag(self, x0: wp.array, dt: float, contacts=None, reference: wp.array | None = None):
         """Freeze loads, weights and normals at the step's start positions `x0`, keeping the candidates that carry a load
-        (an active barrier); `contacts` (default: every candidate of the search) may be any superset of those."""
+        (an active barrier); `contacts` (default: every candidate of the search) may be any superset of those.
+        Sliding is measured from `reference` (default `x0`): the positions before prescribed particles moved."""
         cs = self.search.contacts if contacts is None else contacts
-        m = int(cs.count) if self.mu > 0 else 0
+        m = int(cs.count) if self._any_mu else 0
         self.eps = dt * self.sliding_speed
-        self.x0 = wp.clone(x0)
+        self.x0 = wp.clone(x0 if reference is None else reference)
         d = self.device
         w, n, load = wp.zeros(m, dtype=wp.vec4d, device=d), wp.zeros(m, dtype=wp.vec3d, device=d), wp.zeros(m, dtype=wp.float64, device=d)
         if m:
-            wp.launch(_lag_kernel, dim=m, inputs=[x0, cs.pairs, cs.kind, cs.offset, wp.float64(self.mu), wp.float64(self.dhat),
+            wp.launch(_lag_kernel, dim=m, inputs=[x0, cs.pairs, cs.kind, cs.offset, wp.float64(self.mu), self.particle_mu, wp.float64(self.dhat),
                                                   wp.float64(self.kappa), w, n, load], device=d)
         keep = np.flatnonzero(load.numpy() > 0) if m else np.zeros(0, np.int64)       # once per step: host compaction is cheap
         self.count = len(keep)
@@ -134,6 +145,3 @@ class FrictionTerm(ElementEnergyTerm):
         if not self.count: return
         wp.launch(_friction_accumulate, dim=self.count, inputs=[x, self.x0, self.pairs, self.w, self.n, self.load, wp.float64(self.eps),
                                                                  grad, blocks.rows, blocks.cols, blocks.vals, offset], device=self.device)
-
-# %% ../nbs/08_friction.ipynb #cd44765d
-__getattr__, __dir__ = moved(__name__, {"newtonipc_nb.scenes.incline": "incline_frame equilibrium_gap smoothed_reference INCLINE_PLANE incline_scene slide_on_incline"})

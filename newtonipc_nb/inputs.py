@@ -11,12 +11,10 @@ import numpy as np
 import pandas as pd
 import warp as wp
 
-from .compat import moved
-
 # %% auto #0
 __all__ = ['BAG_FILM', 'mat32d', 'membrane_lame', 'bending_stiffness', 'hinge_edge_ke', 'hinge_k_theta', 'areal_density', 'Film',
            'mesh_report', 'grid_faces', 'dihedral_angle', 'ModelError', 'IPCModel', 'newton_particle_active',
-           'add_mesh', 'set_hinge_stiffness', 'warm_kernels']
+           'add_mesh', 'set_hinge_stiffness']
 
 # %% ../nbs/00_inputs.ipynb #5920d1af
 def membrane_lame(E: float, nu: float, h: float) -> tuple[float, float]:
@@ -294,21 +292,3 @@ def set_hinge_stiffness(builder, first_edge: int, D: float) -> np.ndarray:
         builder.edge_bending_properties[i] = (k, 0.0)
         ke.append(k)
     return np.asarray(ke)
-
-# %% ../nbs/00_inputs.ipynb #658b33bd
-def warm_kernels(device=None) -> list[str]:
-    "Import every module of `newtonipc_nb` and compile all Warp kernels for `device`; returns the module names."
-    import importlib, pkgutil
-    import newtonipc_nb
-    names = [m.name for m in pkgutil.walk_packages(newtonipc_nb.__path__, "newtonipc_nb.") if "._" not in m.name]
-    loaded = []
-    for name in names:
-        mod = importlib.import_module(name)
-        if any(isinstance(v, wp.Kernel) for v in vars(mod).values()):
-            wp.load_module(mod, device=device); loaded.append(name.removeprefix("newtonipc_nb."))
-    return loaded
-
-# %% ../nbs/00_inputs.ipynb #4d66b18f
-__getattr__, __dir__ = moved(__name__, {
-    "newtonipc_nb.terms": "ElementEnergyTerm EnergyTerm HessianBlocks sum_into",
-    "newtonipc_nb.scenes.bag_scene": "N_RINGS N_COLUMNS NECK_RING HEM_RING BOTTOM_RINGS BOTTOM_RADIUS SHOULDER NECK FLAP_EDGE FLAP_FLARE BIN_RADIUS BIN_HEIGHT RESOLUTIONS SPHERE_RADII SPHERE_DENSITY SPHERE_COLUMN_BOTTOM SPHERE_COLUMN_GAP SPHERE_DROP_XY check_resolution bag_grid film_resolution ring_vertices bag_mesh bin_mesh floor_mesh SceneIndex sphere_column bag_scene_builder"})

@@ -17,15 +17,15 @@ import warp as wp
 
 import newton
 from .checks import choice, non_negative, option, positive
-from .compat import moved
 from .inputs import IPCModel
 from .terms import EnergyTerm, HessianBlocks
 from .elastic import MembraneTerm, HingeTerm
-from .supports import SupportTerm, TieTerm
+from .supports import InertiaTerm, SupportTerm, TieTerm
 from .barrier import BarrierTerm
 from .candidates import CandidateSearch
-from .distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT
-from .ccd import DeviceStepBound, fp32_gap_check
+from .distances import CONTACT_KINDS, KIND_BY_CODE
+from .obstacles import obstacles_from_newton, with_obstacles
+from .ccd import DeviceStepBound, candidate_step_bounds, fp32_gap_check
 from .intersections import count_intersections
 from .friction import FrictionTerm
 from .linear import LinearSolveError, NewtonSystem, make_linear_solver
@@ -117,12 +117,16 @@ class SolverIPC(newton.solvers.SolverBase):
     the CPU, cholespy on CUDA], a name ("pardiso", "cholespy" or "cholesky", "dense", "pcg") or a `LinearSolver`;
     `drag` [0.0 1/s] drag coefficient c of the force −c·m·v on film particles; `skin` [1.5e-3 m] candidate
     reuse distance; `sphere_particles` [None: particles on no triangle] sphere centres; `observer` [None] a
-    callable that receives an `IterationInfo` after every Newton iteration.
+    callable that receives an `IterationInfo` after every Newton iteration; `terms` [()] extra `EnergyTerm`s
+    added to Φ.
+
+    The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
+    particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
     """
     def __init__(self, model, *, membrane: str = "stvk", dhat: float = 1.0e-3, min_gap: float = 3.0e-5,
                  kappa: float = 1000.0, friction: float = 0.35, max_iterations: int = 150, tolerance: float = 1.2e-5,
                  line_search_trials: int = 48, max_subdivisions: int = 7, step_bound: str = "accd",
-                 linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None):
+                 linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None, terms=()):
         super().__init__(model)
         fn, integer = "SolverIPC", numbers.Integral
         choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)
@@ -134,8 +138,16 @@ class SolverIPC(newton.solvers.SolverBase):
             option(v, f"option {name}", fn=fn, kind=integer, ok=lambda v: v >= 1, rule="an integer ≥ 1")
         option(max_subdivisions, "option max_subdivisions", fn=fn, kind=integer, ok=lambda v: 0 <= v <= 30, rule="an integer in 0..30")
         if observer is not None and not callable(observer): raise ValueError(f"SolverIPC: option observer must be callable, got {observer!r}")
+        extra = list(terms)
+        for i, t in enumerate(extra):
+            if not isinstance(t, EnergyTerm): raise ValueError(f"SolverIPC: terms[{i}] must be an EnergyTerm, got {type(t).__name__}")
         self.ipc = IPCModel.from_newton(model, sphere_particles=sphere_particles)
         d = self.ipc.device
+        self.obstacles = obstacles_from_newton(model, self.ipc.particle_count, friction)
+        body_q = model.body_q.numpy() if model.body_q is not None and model.body_count else None
+        self._body_q = body_q
+        # the contact model: the model's particles, then the obstacle points (fixed, massless)
+        self.contact = with_obstacles(self.ipc, self.obstacles, self.obstacles.positions(body_q))
         self.linear = make_linear_solver(linear_solver, device=d)
         self.observer = observer
         self.options = dict(membrane=membrane, dhat=dhat, min_gap=min_gap, kappa=kappa, friction=friction,
@@ -146,16 +158,21 @@ class SolverIPC(newton.solvers.SolverBase):
         self.bending = HingeTerm(self.ipc)
         self.supports = SupportTerm(device=d)
         self.tie = TieTerm(device=d)
-        self.search = CandidateSearch(self.ipc, dhat=dhat, min_gap=min_gap, skin=skin, device=d)
+        obs, n_model = self.obstacles, self.ipc.particle_count
+        self.search = CandidateSearch(self.contact, dhat=dhat, min_gap=min_gap, skin=skin, device=d,
+                                      edge_radius=np.concatenate([np.zeros(self.ipc.edge.shape[0]), obs.edge_radius]),
+                                      planes=obs.plane, plane_pad=obs.plane_pad)
         self.barrier = BarrierTerm(self.search, dhat=dhat, kappa=kappa)
-        self.friction = FrictionTerm(self.search, mu=friction, dhat=dhat, kappa=kappa)
-        self._inertia = SupportTerm(device=d)
+        self.friction = FrictionTerm(self.search, mu=friction, dhat=dhat, kappa=kappa,
+                                     particle_mu=np.concatenate([-np.ones(n_model), obs.mu]) if obs.count else None)
+        self.inertia = InertiaTerm(device=d)
         self._drag = SupportTerm(device=d)
-        mass = self.ipc.mass.numpy(); fixed = self.ipc.fixed.numpy().astype(bool)
+        self.user_terms = extra
+        mass = self.contact.mass.numpy(); fixed = self.contact.fixed.numpy().astype(bool)
         self._mass, self._free, self._fixed_mask = mass, np.flatnonzero(~fixed).astype(np.int32), fixed
         self._film = self.ipc.film_particles
-        n = self.ipc.particle_count
-        self.system = NewtonSystem(n, self.ipc.fixed, device=d)
+        n = self.contact.particle_count
+        self.system = NewtonSystem(n, self.contact.fixed, device=d)
         self._blocks = HessianBlocks.allocate(1, device=d)
         self._x, self._xt, self._dx, self._z = (wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(4))
         self._phi_acc, self._norms = wp.zeros(1, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
@@ -163,11 +180,13 @@ class SolverIPC(newton.solvers.SolverBase):
         self._bound = DeviceStepBound(step_bound, device=d)
         self.last_stats: StepStats | None = None
         self._last_out = None
+        self._x_ref = wp.zeros(n, dtype=wp.vec3d, device=d)
 
     @property
     def terms(self) -> list[EnergyTerm]:
-        "Every term of Φ, in the order they are assembled."
-        return [self._inertia, self._drag, self.membrane, self.bending, self.barrier, self.friction, self.supports, self.tie]
+        "Every term of Φ, in the order they are assembled: Φ is their sum."
+        return [self.inertia, self._drag, self.membrane, self.bending, self.barrier, self.friction, self.supports, self.tie,
+                *self.user_terms]
 
     # supports and tie: set by the caller, any step
     def set_supports(self, indices, targets, stiffness):
@@ -186,7 +205,7 @@ def _predict(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt:
     free, m = self._free, self._mass
     y = x0 + dt * v0
     y[free] += dt * dt * (self.ipc.gravity + f[free] / m[free, None])
-    self._inertia.set(free, y[free], m[free] / (dt * dt))
+    self.inertia.predict(free, y[free], m[free], dt)
     if self.options["drag"] > 0 and len(self._film):
         self._drag.set(self._film, x0[self._film], self.options["drag"] * m[self._film] / dt)
     else:
@@ -205,13 +224,14 @@ def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, trie
     with _Timer(st.times, "candidates"):
         self.search.update(x, self._xt)
         self._near = near = self.barrier.near(x, 2.0 * float(np.linalg.norm(d, axis=1).max()) * (1.0 + 1e-9) + 1e-12, self._near)
+        self._restrict(near)
     with _Timer(st.times, "ccd"):
         alpha = self._step_bound(near, x, self._dx)
     with _Timer(st.times, "line_search"):
         phi0 = self._phi(x)
         for _ in range(tries):
             wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(alpha), self._xt], device=dev)
-            phi = self._phi(self._xt, near)
+            phi = self._phi(self._xt)
             if phi < phi0:
                 self._x, self._xt = self._xt, self._x
                 st.energies.append(phi0); st.extrapolated = alpha
@@ -221,13 +241,16 @@ def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, trie
 
 # %% ../nbs/10_solver.ipynb #08f5dceb
 @patch
-def _phi(self: SolverIPC, x: wp.array, near=None) -> float:
-    "Φ(x): the sum of every term's energy (J), summed on the device and read once; +inf outside the admissible set. `near`: the barrier's candidates that can be active at x."
+def _phi(self: SolverIPC, x: wp.array) -> float:
+    "Φ(x): the sum of every term's energy (J), summed on the device and read once; +inf outside the admissible set."
     self._phi_acc.zero_()
-    for t in self.terms:
-        if t is self.barrier: t.add_energy(x, self._phi_acc, near)
-        else: t.add_energy(x, self._phi_acc)
+    for t in self.terms: t.add_energy(x, self._phi_acc)
     return float(self._phi_acc.numpy()[0])
+
+@patch
+def _restrict(self: SolverIPC, near) -> None:
+    "Tell every term which candidates can matter until the next call (`near`), or that all may (None)."
+    for t in self.terms: t.restrict(near)
 
 # %% ../nbs/10_solver.ipynb #6a005ea2
 @patch
@@ -281,13 +304,13 @@ def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
 
 # %% ../nbs/10_solver.ipynb #66803756
 @patch
-def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, alpha: float, it: int, converged: bool, near, st: StepStats):
+def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, alpha: float, it: int, converged: bool, st: StepStats):
     "Armijo backtracking from the CCD bound α along self._dx into self._xt; returns (α, Φ(x + αΔx)), or None when a converged step is kept."
     o, dev = self.options, self.device
     for _ in range(o["line_search_trials"]):
         st.line_search_trials += 1
         wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(alpha), self._xt], device=dev)
-        phi_t = self._phi(self._xt, near)
+        phi_t = self._phi(self._xt)
         if phi_t <= phi + 1e-4 * alpha * slope:
             return alpha, phi_t
         alpha *= 0.5
@@ -313,13 +336,14 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float, st:
             self.search.update(x, self._xt)
             # only candidates whose gap can fall below d̂ on the way to x + Δx matter to the bound and the line search
             self._near = near = self.barrier.near(x, 2.0 * max_move * (1.0 + 1e-9) + 1e-12, self._near)
+            self._restrict(near)
         with _Timer(st.times, "ccd"):
             bound = self._step_bound(near, x, self._dx)
         if not slope < 0:
             if not converged: raise StepFailure(f"Newton direction is not a descent direction (∇Φ·Δx = {slope:.3e})")
         else:
             with _Timer(st.times, "line_search"):
-                found = self._line_search(x, phi, slope, bound, it, converged, near, st)
+                found = self._line_search(x, phi, slope, bound, it, converged, st)
             if found is not None:
                 (alpha, phi_t), done = found, converged
                 st.alphas.append(alpha); st.energies.append(phi_t)
@@ -342,24 +366,68 @@ def _newton(self: SolverIPC, dt: float, st: StepStats, phi: float | None = None)
 
 # %% ../nbs/10_solver.ipynb #8c8b8bfe
 @patch
+def _label(self: SolverIPC, i: int) -> str:
+    "Particle `i` of the contact model in words: a model particle by index, an obstacle point by its shape."
+    return str(i) if i < self.ipc.particle_count else self.obstacles.label(i)
+
+@patch
 def _closed_gap_message(self: SolverIPC, x: wp.array) -> str:
     "Which candidate has the smallest gap at x, named by its primitives."
     g = self.barrier.gaps(x); c = int(np.argmin(g))
     p, k = self.search.contacts.pairs.numpy()[c], int(self.search.contacts.kind.numpy()[c])
-    what = {KIND_VT: f"vertex {p[0]} and triangle ({p[1]}, {p[2]}, {p[3]})", KIND_EE: f"edge ({p[0]}, {p[1]}) and edge ({p[2]}, {p[3]})",
-            KIND_SF: f"sphere particle {p[0]} and triangle ({p[1]}, {p[2]}, {p[3]})", KIND_SS: f"sphere particles {p[0]} and {p[1]}"}.get(k, f"candidate {p.tolist()}")
+    what = KIND_BY_CODE[k].describe(p, self._label) if k in KIND_BY_CODE else f"candidate {p.tolist()}"
     return f"the gap between {what} is {g[c]:.3e} m ≤ 0"
 
 @patch
-def _solve(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: float, st: StepStats):
-    "One attempt at a step of `dt` from positions `x0`, velocities `v0` and external forces `f` (all (N, 3) float64)."
-    self._predict(x0, v0, f, dt)
-    x = self._x; x.assign(x0)
+def _blocked_mover(self: SolverIPC, near, x: wp.array, moving: np.ndarray) -> str:
+    "The prescribed particle or shape whose move closes the gap of the most constraining near candidate."
+    b = candidate_step_bounds(near, x, self._dx, method=self.options["step_bound"], device=self.device)
+    c = int(np.argmin(b))
+    p = near.pairs.numpy()[c]
+    movers = [int(i) for i in p if moving[i]]
+    who = self._label(movers[0]) if movers else self._label(int(p[0]))
+    who = who if not who.isdigit() else f"particle {who}"
+    return f"{who} (against {KIND_BY_CODE[int(near.kind.numpy()[c])].describe(p, self._label)})"
+
+# %% ../nbs/10_solver.ipynb #742165c2
+@patch
+def _prescribe(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, st: StepStats) -> wp.array:
+    "Move the prescribed particles of self._x from `xs` to `xe` when every gap stays open on the way; else StepFailure."
+    d = xe - xs
+    moving = np.abs(d).max(1) > 0
+    x, dev = self._x, self.device
+    self._dx.assign(d)
+    wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=dev)
+    with _Timer(st.times, "candidates"):
+        self.search.update(x, self._xt)
+        self._near = near = self.barrier.near(x, 2.0 * float(np.linalg.norm(d, axis=1).max()) * (1.0 + 1e-9) + 1e-12, self._near)
+    with _Timer(st.times, "ccd"):
+        alpha = self._step_bound(near, x, self._dx)
+    if alpha < 1.0:
+        raise StepFailure(f"the prescribed move of {self._blocked_mover(near, x, moving)} closes a gap "
+                          f"(only {alpha:.3g} of it is free)")
+    self._x, self._xt = self._xt, self._x
+    self._x.assign(xe)           # exactly the caller's positions
+    return self._x
+
+# %% ../nbs/10_solver.ipynb #c8204045
+@patch
+def _solve(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: float, st: StepStats):
+    """One attempt at a step of `dt` from positions `xs`, prescribed particles going to `xe`, velocities `v0` and external
+    forces `f` (all (N, 3) float64 over the contact model's particles)."""
+    self._predict(xs, v0, f, dt)
+    self._restrict(None)
+    x = self._x; x.assign(xs)
     with _Timer(st.times, "candidates"):
         self.search.update(x, x)
     if not self.barrier.min_gap(x) > 0:
         raise SolverError(f"invalid start: a contact gap is already closed: {self._closed_gap_message(x)}")
-    self.friction.lag(x, dt, self.barrier.near(x, 0.0))     # the candidates whose barrier is active at the start
+    prescribed = not np.array_equal(xs, xe)
+    if prescribed:
+        x = self._prescribe(xs, xe, st)
+        self._x_ref.assign(xs)
+    # friction is lagged over the candidates active once the prescribed particles have moved; sliding counts from xs
+    self.friction.lag(x, dt, self.barrier.near(x, 0.0), reference=self._x_ref if prescribed else None)
     st.active_contacts = max(st.active_contacts, self.friction.count)
     x = self._newton(dt, st, self._extrapolate(v0, dt, st))
     x32 = x.numpy().astype(np.float32).astype(np.float64)
@@ -371,18 +439,18 @@ def _solve(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: f
         raise StepFailure(f"FP32 rounding lost {lost} gap(s) (minimum gap {gmin:.3e} m)")
     st.min_gap = min(st.min_gap, float(gmin))
     kinds = self.search.contacts.kind.numpy()[: self.search.contacts.count]
-    st.candidates = {name: int(np.sum(kinds == k)) for k, name in ((KIND_VT, "vt"), (KIND_EE, "ee"), (KIND_SF, "sf"), (KIND_SS, "ss"))}
-    v = (x32 - x0) / dt
-    v[self._fixed_mask] = 0.0
+    st.candidates = {k.key: int(np.sum(kinds == k.code)) for k in CONTACT_KINDS}
+    v = (x32 - xs) / dt
+    v[self._fixed_mask] = (x32 - xs)[self._fixed_mask] / dt if prescribed else 0.0
     return x32, v
 
 # %% ../nbs/10_solver.ipynb #087bfd02
 @patch
-def _advance(self: SolverIPC, x0, v0, f, dt, level, st: StepStats):
-    "Take a step of `dt`, halving it recursively on failure."
+def _advance(self: SolverIPC, xs, xe, v0, f, dt, level, st: StepStats):
+    "Take a step of `dt` with prescribed particles going from `xs` to `xe`, halving it recursively on failure."
     st.max_level = max(st.max_level, level)
     try:
-        x, v = self._solve(x0, v0, f, dt, st)
+        x, v = self._solve(xs, xe, v0, f, dt, st)
         st.substeps += 1
         return x, v
     except StepFailure as e:
@@ -390,8 +458,9 @@ def _advance(self: SolverIPC, x0, v0, f, dt, level, st: StepStats):
         if level >= self.options["max_subdivisions"]:
             raise SolverError(f"step failed after {level} subdivisions (dt = {dt:.3e} s): {e}") from e
         st.subdivisions += 1
-        x, v = self._advance(x0, v0, f, dt / 2, level + 1, st)
-        return self._advance(x, v, f, dt / 2, level + 1, st)
+        xm = np.where(self._fixed_mask[:, None], 0.5 * (xs + xe), xs)    # prescribed particles: halfway
+        x, v = self._advance(xs, xm, v0, f, dt / 2, level + 1, st)
+        return self._advance(x, xe, v, f, dt / 2, level + 1, st)
 
 @patch
 def _check_state(self: SolverIPC, state, name: str):
@@ -417,32 +486,89 @@ def _read_state(self: SolverIPC, state) -> tuple[np.ndarray, np.ndarray, np.ndar
     return x0, v0, f
 
 @patch
-def _check_intersections(self: SolverIPC, x0: np.ndarray):
-    "Refuse a start in which a film triangle intersects another triangle (an edge through a face)."
-    tri = self.ipc.tri.numpy()
-    if not len(tri): return
-    n_all = count_intersections(x0, tri, device=self.device)
-    if n_all == 0: return
-    fixed_tri = tri[self._fixed_mask[tri].all(1)]
-    n_obstacles = count_intersections(x0, fixed_tri, device=self.device) if len(fixed_tri) else 0
-    if n_all > n_obstacles:
-        raise SolverError(f"invalid start: {n_all - n_obstacles} pair(s) of triangles intersect (an edge passes through a face)")
+def _check_start(self: SolverIPC, x: np.ndarray):
+    "Refuse a start in which a film triangle intersects another triangle or an obstacle's, or a particle lies behind an infinite plane."
+    tri = self.contact.tri.numpy()
+    if len(tri):
+        n_all = count_intersections(x, tri, device=self.device)
+        if n_all:
+            fixed_tri = tri[self._fixed_mask[tri].all(1)]
+            n_obstacles = count_intersections(x, fixed_tri, device=self.device) if len(fixed_tri) else 0
+            if n_all > n_obstacles:
+                raise SolverError(f"invalid start: {n_all - n_obstacles} pair(s) of triangles intersect (an edge passes through a face)")
+    obs = self.obstacles
+    if len(obs.plane):
+        free = np.union1d(self._film, self.ipc.sphere.numpy())
+        free = free[~self._fixed_mask[free]]
+        for o, a, b in obs.plane:
+            nrm = np.cross(x[a] - x[o], x[b] - x[o]); nrm /= np.linalg.norm(nrm)
+            s = (x[free] - x[o]) @ nrm - self.contact.radius.numpy()[free]
+            if len(s) and s.min() <= 0:
+                i = int(free[np.argmin(s)])
+                raise SolverError(f"invalid start: particle {i} is {-s.min():.3e} m behind {obs.label(int(o))}")
 
+@patch
+def _refuse_capture(self: SolverIPC):
+    "SolverIPC decides on the host (gap checks, Newton convergence, line search, subdivision): a captured graph could not replay it."
+    if wp.get_device(self.device).is_capturing or wp.get_device().is_capturing:
+        raise SolverError("SolverIPC.step cannot run inside a graph capture (wp.ScopedCapture): every Newton iteration reads "
+                          "scalars back to decide convergence, the line search and step subdivision, and a captured graph "
+                          "would replay none of those decisions. Call step() directly, uncaptured (in Newton's examples: "
+                          "set example.graph = None so that simulate() runs each frame)")
+
+@patch
+def rebuild_bvh(self: SolverIPC, state=None):
+    "Nothing to do: SolverIPC rebuilds its candidate BVHs inside every step (kept so it can replace SolverVBD as is)."
+
+@patch
+def _start(self: SolverIPC, x_in: np.ndarray, state_in) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(start, target, swept) over the contact model: from the last output when the free particles are still there
+    (prescribed particles and shapes then sweep to where the caller put them), else from `x_in` as given."""
+    obs, n = self.obstacles, self.ipc.particle_count
+    body_q = None
+    if obs.count and (obs.shape_body >= 0).any():
+        if getattr(state_in, "body_q", None) is None: raise SolverError("the model's shapes sit on bodies but state_in.body_q is missing")
+        body_q = state_in.body_q.numpy().astype(np.float64)
+        if not np.isfinite(body_q).all():
+            raise SolverError(f"state_in.body_q of body {int(np.flatnonzero(~np.isfinite(body_q).all(1))[0])} is not finite")
+    end = obs.positions(body_q) if obs.count else np.zeros((0, 3))
+    free = ~self._fixed_mask[:n]
+    last = self._last_out
+    if last is not None and np.array_equal(x_in[free], last[:n][free]):
+        try:
+            obs.check_sweep(self._body_q, body_q)
+        except ValueError as e:
+            raise SolverError(str(e)) from e
+        xs = last.copy()
+        xe = np.concatenate([x_in, end])
+        return xs, xe, True
+    x = np.concatenate([x_in, end])
+    return x, x.copy(), False
 @patch
 def step(self: SolverIPC, state_in, state_out, control, contacts, dt: float):
     "Advance `state_in` by `dt` into `state_out`. `control` and `contacts` are not needed (may be None)."
+    self._refuse_capture()
     if isinstance(dt, bool) or not isinstance(dt, numbers.Real) or not (math.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be a finite number > 0, got {dt!r}")
     self._check_state(state_out, "state_out")
-    x0, v0, f = self._read_state(state_in)
+    x_in, v_in, f_in = self._read_state(state_in)
+    xs, xe, swept = self._start(x_in, state_in)
     # a start that is this solver's last output is known to be free of intersections: skip the exact test
-    if self._last_out is None or not np.array_equal(x0, self._last_out): self._check_intersections(x0)
+    if not swept: self._check_start(xs)
+    if len(self.obstacles.plane):              # planes translate: their normals hold over the whole step
+        o, a, b = (xe[self.obstacles.plane[:, k]] for k in range(3))
+        nrm = np.cross(a - o, b - o)
+        self.search.set_plane_normals(nrm / np.linalg.norm(nrm, axis=1, keepdims=True))
+    pad = np.zeros((len(xs) - len(x_in), 3))
+    v0, f = np.concatenate([v_in, pad]), np.concatenate([f_in, pad])
     st = StepStats(dt=dt)
     self.last_stats = st
-    x, v = self._advance(x0, v0, f, dt, 0, st)
-    state_out.particle_q.assign(x.astype(np.float32))
-    state_out.particle_qd.assign(v.astype(np.float32))
+    x, v = self._advance(xs, xe, v0, f, dt, 0, st)
+    n = self.ipc.particle_count
+    state_out.particle_q.assign(x[:n].astype(np.float32))
+    state_out.particle_qd.assign(v[:n].astype(np.float32))
+    for name in ("body_q", "body_qd"):          # bodies are posed by the caller: carry their state over
+        a, b = getattr(state_in, name, None), getattr(state_out, name, None)
+        if a is not None and b is not None and a is not b and a.shape == b.shape: wp.copy(b, a)
     self._last_out = x
-
-# %% ../nbs/10_solver.ipynb #26d4f68b
-__getattr__, __dir__ = moved(__name__, {"newtonipc_nb.scenes.reference": "hinge_scene sheet_on_sphere"})
+    if self.obstacles.count and (self.obstacles.shape_body >= 0).any(): self._body_q = state_in.body_q.numpy().astype(np.float64)

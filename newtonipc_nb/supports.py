@@ -12,7 +12,7 @@ from .checks import float_array, index_array, per_element
 from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays
 
 # %% auto #0
-__all__ = ['TIE_STIFFNESS', 'SupportTerm', 'TieTerm']
+__all__ = ['TIE_STIFFNESS', 'SupportTerm', 'InertiaTerm', 'TieTerm']
 
 # %% ../nbs/02a_supports.ipynb #3500b466
 @wp.kernel
@@ -83,6 +83,13 @@ class SupportTerm(ElementEnergyTerm):
         if not self.count: return
         wp.launch(_support_accumulate_kernel, dim=self.count, device=self.device,
                   inputs=[x, self.indices, self.targets, self.stiffness, wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
+
+# %% ../nbs/02a_supports.ipynb #71434808
+class InertiaTerm(SupportTerm):
+    "The inertia term Σ ½ mᵢ/dt² ‖xᵢ − yᵢ‖² over the free particles, y their predicted positions."
+    def predict(self, indices, y, mass, dt: float) -> None:
+        "Set the predicted positions `y` (n, 3) of particles `indices` with masses `mass` (n,) for a step of `dt`."
+        self.set(indices, y, np.asarray(mass, dtype=np.float64) / (dt * dt))
 
 # %% ../nbs/02a_supports.ipynb #4d98459d
 TIE_STIFFNESS = 250.0   # N/m

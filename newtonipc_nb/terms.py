@@ -49,6 +49,8 @@ class EnergyTerm:
     def num_blocks(self) -> int: raise NotImplementedError
     def accumulate(self, x: wp.array, grad: wp.array, blocks: HessianBlocks, offset: int) -> None: raise NotImplementedError
     def prepare(self, x: wp.array) -> None: pass
+    def restrict(self, contacts) -> None:
+        "The contact candidates that can matter to the coming evaluations (None: all may); terms without contacts ignore it."
     def add_energy(self, x: wp.array, out: wp.array) -> None:
         "Add the energy at x into out[0] (a float64 device array)."
         e = wp.array([self.energy(x)], dtype=wp.float64, device=out.device)

@@ -4,9 +4,11 @@ import json
 import numpy as np
 import pytest
 
-from newtonipc_nb.bag import DT, load_trajectory, main, measure, neck_width, run_bag
-from newtonipc_nb.ccd import count_intersections
-from newtonipc_nb.inputs import BIN_HEIGHT, BIN_RADIUS, HEM_RING, bag_mesh, ring_vertices
+from newtonipc_nb.intersections import count_intersections
+from newtonipc_nb.scenes.bag_cli import main
+from newtonipc_nb.scenes.bag_measure import measure, neck_width
+from newtonipc_nb.scenes.bag_run import load_trajectory, run_bag
+from newtonipc_nb.scenes.bag_scene import BIN_HEIGHT, BIN_RADIUS, DT, HEM_RING, bag_mesh, ring_vertices
 
 
 def test_bag_smoke_two_steps(tmp_path):
@@ -79,7 +81,6 @@ import sys
 import time
 from pathlib import Path
 
-import newtonipc_nb.bag as bag
 import newtonipc_nb.scenes.bag_cli as bag_cli_module
 
 BAG = Path(sys.executable).with_name("newtonipc-bag")
@@ -287,9 +288,11 @@ def test_save_every_writes_during_the_run(tmp_path):
 
 
 # --- the bag at any resolution: the same choreography on finer meshes -------------------------------------------------
-from newtonipc_nb.bag import (GROUP_STIFFNESS, Choreographer, columns_up, film_gaps, group_particles, group_stiffness,
-                              read_trajectory, tie_pairs)
-from newtonipc_nb.inputs import bag_grid
+from newtonipc_nb.scenes.choreography import (GROUP_STIFFNESS, Choreographer, ScenarioCheckFailed, columns_up,
+                                              group_particles, group_stiffness, tie_pairs)
+from newtonipc_nb.scenes.bag_measure import film_gaps
+from newtonipc_nb.scenes.bag_run import read_trajectory
+from newtonipc_nb.scenes.bag_scene import bag_grid
 
 
 def _angles(v, idx):
@@ -336,12 +339,13 @@ def test_columns_up_for_any_column_count(k):
     x = np.concatenate([bag_mesh(k)[0], np.zeros((40, 3))])       # a whole scene: film first, other particles after
     x[ring_vertices(hem, k)[1], 2] = -1.0
     ch = Choreographer([(0.0, 0.0, "check", "film", dict(check="columns_up"), "")], resolution=k)
-    with pytest.raises(bag.ScenarioCheckFailed, match=f"1 of {columns} columns do not point upward \\(columns \\[1\\]\\)"):
+    with pytest.raises(ScenarioCheckFailed, match=f"1 of {columns} columns do not point upward \\(columns \\[1\\]\\)"):
         ch.controls(0.0, x)
 
 
 def test_film_gaps_is_the_brute_force_minimum():
-    from newtonipc_nb.barrier import edge_edge_distance, folded_bag, vertex_face_distance
+    from newtonipc_nb.distances import edge_edge_distance, vertex_face_distance
+    from newtonipc_nb.scenes.test_scenes import folded_bag
     v, f = bag_mesh()
     x = folded_bag(v)
     vi, fi = np.meshgrid(np.arange(len(x)), np.arange(len(f)), indexing="ij")

@@ -9,11 +9,17 @@ import numpy as np
 import pytest
 import warp as wp
 
-from newtonipc_nb.barrier import (EE_CASES, KIND_EE, KIND_SF, KIND_SS, KIND_VT, VT_CASES, BarrierTerm, CandidateSearch,
-                                  ContactSet, bag_film_model, barrier_test_scene, barrier_values, brute_force_contacts,
-                                  contact_keys, crumpled_bag, edge_edge_distance, exact_edge_edge_distance, flattened_bag,
-                                  folded_bag, ipctk_distances, sample_configurations, swept_check, vertex_face_distance)
-from newtonipc_nb.inputs import HessianBlocks, IPCModel, bag_mesh, bag_scene_builder
+from newtonipc_nb.verification.distance_refs import (EE_CASES, VT_CASES, exact_edge_edge_distance, ipctk_distances,
+    sample_configurations)
+from newtonipc_nb.distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT, edge_edge_distance, vertex_face_distance
+from newtonipc_nb.barrier import BarrierTerm, ContactSet, barrier_values
+from newtonipc_nb.candidates import CandidateSearch, contact_keys
+from newtonipc_nb.scenes.test_scenes import (bag_film_model, barrier_test_scene, crumpled_bag, flattened_bag,
+    folded_bag)
+from newtonipc_nb.verification.candidate_refs import brute_force_contacts, swept_check
+from newtonipc_nb.terms import HessianBlocks
+from newtonipc_nb.inputs import IPCModel
+from newtonipc_nb.scenes.bag_scene import bag_mesh, bag_scene_builder
 
 ipctk = pytest.importorskip("ipctk")
 

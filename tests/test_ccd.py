@@ -8,9 +8,11 @@ import pytest
 import warp as wp
 
 from newtonipc_nb import ccd
-from newtonipc_nb.barrier import (KIND_EE, KIND_SF, KIND_SS, KIND_VT, CandidateSearch, ContactSet, bag_film_model,
-                                  edge_edge_distance, vertex_face_distance)
-from newtonipc_nb.inputs import bag_mesh
+from newtonipc_nb.distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT, edge_edge_distance, vertex_face_distance
+from newtonipc_nb.candidates import CandidateSearch
+from newtonipc_nb.barrier import ContactSet
+from newtonipc_nb.scenes.test_scenes import bag_film_model
+from newtonipc_nb.scenes.bag_scene import bag_mesh
 
 ROOT = Path(__file__).resolve().parents[1]
 QUERIES = ROOT / "nbs" / "data" / "ccd-sample-queries"

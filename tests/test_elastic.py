@@ -8,10 +8,15 @@ import pytest
 import torch
 import warp as wp
 
-from newtonipc_nb.elastic import (HingeTerm, MembraneTerm, SupportTerm, TieTerm, hinge_angle, hinge_derivatives,
-                                  membrane_derivatives, membrane_energy, random_triangles, term_derivatives,
-                                  torch_agreement, torch_hinge_energy, torch_membrane_energy, triangle_rest_shape)
-from newtonipc_nb.inputs import BAG_FILM, HessianBlocks, IPCModel, bag_scene_builder, dihedral_angle
+from newtonipc_nb.elastic import (HingeTerm, MembraneTerm, hinge_angle, hinge_derivatives, membrane_derivatives,
+    membrane_energy, triangle_rest_shape)
+from newtonipc_nb.supports import SupportTerm, TieTerm
+from newtonipc_nb.scenes.test_scenes import random_triangles
+from newtonipc_nb.terms import term_derivatives
+from newtonipc_nb.verification.elastic_refs import torch_agreement, torch_hinge_energy, torch_membrane_energy
+from newtonipc_nb.inputs import BAG_FILM, IPCModel, dihedral_angle
+from newtonipc_nb.terms import HessianBlocks
+from newtonipc_nb.scenes.bag_scene import bag_scene_builder
 
 MU, LAM = BAG_FILM.mu, BAG_FILM.lam
 MODELS = ("stvk", "neohookean")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from newtonipc_nb.barrier import barrier_values
-from newtonipc_nb.friction import equilibrium_gap, incline_scene, slide_on_incline, smoothed_reference
+from newtonipc_nb.scenes.incline import equilibrium_gap, incline_scene, slide_on_incline, smoothed_reference
 
 MU, G = 0.35, 9.81
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import warp as wp
 
-from newtonipc_nb.inputs import (BAG_FILM, BOTTOM_RADIUS, BOTTOM_RINGS, FLAP_EDGE, FLAP_FLARE, NECK, NECK_RING, N_RINGS,
-                                 SHOULDER, SPHERE_RADII, IPCModel, ModelError, add_mesh, bag_grid, bag_mesh,
-                                 bag_scene_builder, check_resolution, film_resolution, mesh_report, ring_vertices)
+from newtonipc_nb.inputs import BAG_FILM, IPCModel, ModelError, add_mesh, mesh_report
+from newtonipc_nb.scenes.bag_scene import (BOTTOM_RADIUS, BOTTOM_RINGS, FLAP_EDGE, FLAP_FLARE, NECK, NECK_RING,
+    N_RINGS, SHOULDER, SPHERE_RADII, bag_grid, bag_mesh, bag_scene_builder, check_resolution, film_resolution,
+    ring_vertices)
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,17 @@
 """The package's layout: core modules (the method) import no scene and no verification module, the package has no
-import cycle, every module stays small enough to read, and every public name of the first layout (0.1, recorded in
-tests/data/public_api_0.1.json) still imports from its old module."""
-import ast, importlib, json, subprocess, sys
+import cycle, every module stays small enough to read, and every public name lives in one module (no compatibility
+layer re-exports or redirects it)."""
+import ast
+import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "newtonipc_nb"
-NOT_CORE = ("newtonipc_nb.scenes", "newtonipc_nb.verification", "newtonipc_nb.bag", "newtonipc_nb.validation")
+NOT_CORE = ("newtonipc_nb.scenes", "newtonipc_nb.verification")
 MAX_LINES = 600
 
 
@@ -89,20 +92,16 @@ def test_module_fits_in_a_reading(name):
     assert n <= MAX_LINES, f"{name} has {n} lines (at most {MAX_LINES}): split it by concept"
 
 
-OLD_API = json.loads((ROOT / "tests" / "data" / "public_api_0.1.json").read_text())
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_every_name_lives_in_one_module(name):
+    "No compatibility layer: a module's public names are defined in it, and it has no module-level `__getattr__`."
+    mod = importlib.import_module(name)
+    assert not hasattr(mod, "__getattr__"), f"{name} redirects attribute lookups (a compatibility layer)"
+    homes = {n: getattr(getattr(mod, n), "__module__", None) for n in getattr(mod, "__all__", [])}
+    foreign = [n for n, home in homes.items() if isinstance(home, str) and home.startswith("newtonipc_nb") and home != name]
+    assert not foreign, f"{name} re-exports {foreign}"
 
 
-@pytest.mark.parametrize("module", sorted(OLD_API))
-def test_old_public_names_still_import(module):
-    mod = importlib.import_module(f"newtonipc_nb.{module}")
-    missing = [n for n in OLD_API[module] if not hasattr(mod, n)]
-    assert not missing, f"newtonipc_nb.{module} lost {missing}"
-    for n in OLD_API[module]:        # `from newtonipc_nb.<module> import <name>` too, the form users write
-        exec(f"from newtonipc_nb.{module} import {n}", {})
-
-
-def test_moved_names_are_resolved_lazily():
-    "Naming an unknown attribute of a module with moved names says which module and which name."
+def test_no_moved_names_are_listed():
     from newtonipc_nb import barrier
-    with pytest.raises(AttributeError, match="module 'newtonipc_nb.barrier' has no attribute 'no_such_name'"): barrier.no_such_name
-    assert "bag_film_model" in dir(barrier)
+    assert "bag_film_model" not in dir(barrier)

@@ -3,9 +3,10 @@ import numpy as np
 import pytest
 import warp as wp
 
-from newtonipc_nb.inputs import HessianBlocks
+from newtonipc_nb.terms import HessianBlocks
 from newtonipc_nb.linear import LINEAR_SOLVERS, LinearSolveError, NewtonSystem, PardisoSolver, make_linear_solver
-from newtonipc_nb.solver import SolverIPC, hinge_scene
+from newtonipc_nb.solver import SolverIPC
+from newtonipc_nb.scenes.reference import hinge_scene
 
 
 def blocks(pairs, scale=1.0):

@@ -6,9 +6,10 @@ import pytest
 import warp as wp
 
 import newton
-from newtonipc_nb.ccd import count_intersections
+from newtonipc_nb.intersections import count_intersections
 
-from newtonipc_nb.solver import SolverError, SolverIPC, hinge_scene, sheet_on_sphere
+from newtonipc_nb.solver import SolverError, SolverIPC
+from newtonipc_nb.scenes.reference import hinge_scene, sheet_on_sphere
 
 
 def copy_state(model, state):
@@ -120,7 +121,9 @@ def test_cuda_matches_cpu_on_small_scenes(kind):
 
 
 def run_bag_steps(device, steps):
-    from newtonipc_nb.bag import DT, BagScene, Choreographer, apply_controls
+    from newtonipc_nb.scenes.bag_scene import DT, BagScene
+    from newtonipc_nb.scenes.choreography import Choreographer
+    from newtonipc_nb.scenes.bag_run import apply_controls
     sc, ch = BagScene.build(device), Choreographer()
     for k in range(steps):
         apply_controls(sc, ch.controls((k + 1) * DT, sc.positions()))

@@ -66,7 +66,7 @@ def test_a_failing_check_fails_the_runner(monkeypatch, capsys):
     import newtonipc_nb.verification.vbd as vbd
     def broken(): raise RuntimeError("boom")
     monkeypatch.setattr(v, "check_fast_crossing", broken)
-    monkeypatch.setattr(v, "check_bag_smoke", lambda: v.Check("bag smoke", "x", "y", "", True))
+    monkeypatch.setattr(v, "check_bag_smoke", lambda: v.Verdict("bag smoke", "x", "y", "", True))
     assert v.main([]) == 1
     assert "RuntimeError: boom" in capsys.readouterr().out
 
@@ -85,7 +85,7 @@ def test_full_runner(tmp_path):
 def test_vbd_side_by_side_runs_both_solvers_for_0_2_s(tmp_path):
     """The VBD harness: 0.2 s of the bag choreography through SolverIPC and Newton's SolverVBD, same measures."""
     import numpy as np
-    from newtonipc_nb.validation import SEED_SIDE_BY_SIDE, compare_vbd
+    from newtonipc_nb.verification.vbd import SEED_SIDE_BY_SIDE, compare_vbd
     table, trajs = compare_vbd(0.2, device="cpu")
     assert table.measured.tolist()[:len(SEED_SIDE_BY_SIDE)] == list(SEED_SIDE_BY_SIDE)
     for name in ("ipc", "vbd"):
@@ -95,7 +95,7 @@ def test_vbd_side_by_side_runs_both_solvers_for_0_2_s(tmp_path):
         assert np.isfinite(t["film"]).all()
         assert abs(t["time"][-1] - 0.2) < 1e-9
     # both solvers moved the hem down (the fold over the rim has begun) and kept the waiting spheres in place
-    from newtonipc_nb.inputs import HEM_RING, ring_vertices
+    from newtonipc_nb.scenes.bag_scene import HEM_RING, ring_vertices
     for name in ("ipc", "vbd"):
         f = trajs[name]["film"]
         assert f[-1][ring_vertices(HEM_RING), 2].mean() < f[0][ring_vertices(HEM_RING), 2].mean() - 2e-3
@@ -103,7 +103,7 @@ def test_vbd_side_by_side_runs_both_solvers_for_0_2_s(tmp_path):
     ours = table.columns[-2:]
     assert all(table.loc[table.measured == "self-intersection frames / all frames", c].item().endswith("/ 49") for c in ours)
     # both final frames in one 3D scene, from the saved pair of trajectories
-    from newtonipc_nb.validation import load_side_by_side, save_side_by_side, side_by_side_view
+    from newtonipc_nb.verification.vbd import load_side_by_side, save_side_by_side, side_by_side_view
     from newtonipc_nb.viewer import close_widgets
     back = load_side_by_side(save_side_by_side(trajs, tmp_path / "sbs.npz"))
     for name in ("ipc", "vbd"):
@@ -124,12 +124,12 @@ def test_vbd_option_writes_both_trajectories(tmp_path, monkeypatch, capsys):
     import numpy as np, pandas as pd
     import newtonipc_nb.verification.runner as v
     import newtonipc_nb.verification.vbd as vbd
-    from newtonipc_nb.inputs import bag_mesh, sphere_column
+    from newtonipc_nb.scenes.bag_scene import bag_mesh, sphere_column
     V, F = bag_mesh()
     traj = lambda dz: dict(film=np.stack([V, V + [0, 0, dz]]).astype(np.float32), spheres=np.stack([sphere_column()] * 2), faces=F,
                            time=np.array([0.0, 0.1]), wall_time=1.0, stopped="completed")
     trajs = dict(ipc=traj(-0.01), vbd=traj(-0.02))
-    monkeypatch.setattr(v, "run_validation", lambda full, bag_out=None: [v.Check("x", "y", "z", "", True)])
+    monkeypatch.setattr(v, "run_validation", lambda full, bag_out=None: [v.Verdict("x", "y", "z", "", True)])
     monkeypatch.setattr(v, "compare_vbd", lambda until, ipc=None, resolution=1: (pd.DataFrame([dict(measured="m")]), trajs))
     out, report = tmp_path / "pair.npz", tmp_path / "r.json"
     assert v.main(["--vbd", "0.1", "--vbd-out", str(out), "--report", str(report)]) == 0
@@ -141,7 +141,7 @@ def test_vbd_option_writes_both_trajectories(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_vbd_side_by_side_full():
-    from newtonipc_nb.validation import compare_vbd
+    from newtonipc_nb.verification.vbd import compare_vbd
     table, trajs = compare_vbd(8.45)
     assert str(trajs["vbd"]["stopped"]).startswith("completed")
 
@@ -150,8 +150,9 @@ def test_side_by_side_takes_a_saved_ipc_run(tmp_path):
     """The 8.45 s comparison can reuse a saved `newtonipc-bag` run from t = 0, cut at the measuring instant; resumed runs are refused."""
     import numpy as np
     import pytest
-    from newtonipc_nb.bag import DT, run_bag
-    from newtonipc_nb.validation import saved_ipc_run
+    from newtonipc_nb.scenes.bag_scene import DT
+    from newtonipc_nb.scenes.bag_run import run_bag
+    from newtonipc_nb.verification.vbd import saved_ipc_run
     out = tmp_path / "bag.npz"
     run_bag(6 * DT, out=out, progress=False)
     cut = saved_ipc_run(out, 4 * DT)
@@ -179,9 +180,10 @@ def test_outputs_are_checked_before_any_check_runs(argv, flag, tmp_path):
 
 def test_vbd_harness_takes_a_resolution():
     import numpy as np
-    from newtonipc_nb.bag import DT, tie_pairs
-    from newtonipc_nb.inputs import bag_mesh
-    from newtonipc_nb.validation import VBD_DT, compare_vbd, run_vbd_bag, side_by_side_measures, vbd_bag_scene
+    from newtonipc_nb.scenes.bag_scene import DT
+    from newtonipc_nb.scenes.choreography import tie_pairs
+    from newtonipc_nb.scenes.bag_scene import bag_mesh
+    from newtonipc_nb.verification.vbd import VBD_DT, compare_vbd, run_vbd_bag, side_by_side_measures, vbd_bag_scene
     sc = vbd_bag_scene("cpu", resolution=2)
     assert len(sc.film) == 1921 and sc.faces.shape == (3776, 3) and np.array_equal(sc.tie_pairs, tie_pairs(2))
     rec = run_vbd_bag(8 * VBD_DT, device="cpu", resolution=2)
@@ -198,8 +200,8 @@ def test_vbd_harness_takes_a_resolution():
 def test_vbd_resolution_flag_checks_the_saved_ipc_run_before_any_check(tmp_path):
     import numpy as np
     from pathlib import Path
-    from newtonipc_nb.bag import DT
-    from newtonipc_nb.inputs import bag_mesh
+    from newtonipc_nb.scenes.bag_scene import DT
+    from newtonipc_nb.scenes.bag_scene import bag_mesh
     v, f = bag_mesh(2)
     saved = tmp_path / "two.npz"
     np.savez(saved, film=np.repeat(v[None].astype(np.float32), 3, 0), spheres=np.zeros((3, 7, 3), np.float32), faces=f, time=np.arange(3) * DT)

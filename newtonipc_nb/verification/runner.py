@@ -38,7 +38,7 @@ from ..scenes.test_scenes import through_face_scene
 from .candidate_refs import swept_check
 
 # %% auto #0
-__all__ = ['Check', 'checks_table', 'reference_run', 'check_reference_solves', 'check_rejections', 'check_hinge_fd',
+__all__ = ['Verdict', 'checks_table', 'reference_run', 'check_reference_solves', 'check_rejections', 'check_hinge_fd',
            'assembled_gradient_error', 'check_gradients', 'newton_systems', 'linear_residuals', 'bag_contact_systems',
            'reference_continue_systems', 'linear_residual_table', 'linear_systems', 'residual_checks',
            'check_linear_residual', 'check_swept', 'check_fast_crossing', 'check_gpu_vs_cpu', 'check_bag_smoke',
@@ -46,12 +46,12 @@ __all__ = ['Check', 'checks_table', 'reference_run', 'check_reference_solves', '
 
 # %% ../../nbs/35_validation.ipynb #b3665faf
 @dataclass
-class Check:
+class Verdict:
     "One row of the validation table."
     check: str
     criterion: str
     measured: str
-    seed: str
+    reference: str
     passed: bool | None          # None: skipped, not a failure
     seconds: float | None = None  # wall time of the computation behind this row and the ones after it from the same check
 
@@ -59,9 +59,9 @@ class Check:
     def result(self) -> str:
         return "skipped" if self.passed is None else ("pass" if self.passed else "FAIL")
 
-def checks_table(checks: list[Check]) -> pd.DataFrame:
+def checks_table(checks: list[Verdict]) -> pd.DataFrame:
     "The checks as one pandas table."
-    df = pd.DataFrame([dict(check=c.check, criterion=c.criterion, measured=c.measured, reference=c.seed, result=c.result,
+    df = pd.DataFrame([dict(check=c.check, criterion=c.criterion, measured=c.measured, reference=c.reference, result=c.result,
                             seconds=None if c.seconds is None else round(c.seconds, 1)) for c in checks])
     return df.drop(columns="seconds") if df.empty or df.seconds.isna().all() else df   # timed only by the runner
 
@@ -81,15 +81,15 @@ def reference_run(kind: str, steps: int = 12, dt: float = 1 / 240, device=None, 
     return dict(x=xs, solver=solver, model=model, dt=dt, distance=np.array([film_obstacle_distance(x, ff, of) for x in xs]),
                 angle=np.degrees(np.array([dihedral_angle(x[h])[0] for x in xs])))
 
-def check_reference_solves(runs: dict) -> list[Check]:
+def check_reference_solves(runs: dict) -> list[Verdict]:
     "Rows for the VT / EE distances and the hinge angle of the reference runs."
     vt, ee = runs["vt"], runs["ee"]
     a0, a1 = vt["angle"][0], vt["angle"][-1]
     return [
-        Check("VT scene, 12 steps: min mid-surface distance (µm)", "> 30 µm", f"{1e6 * vt['distance'].min():.2f}", "838.96", bool(vt["distance"].min() > 3e-5)),
-        Check("EE scene, 12 steps: min mid-surface distance (µm)", "> 30 µm", f"{1e6 * ee['distance'].min():.2f}", "651.40", bool(ee["distance"].min() > 3e-5)),
-        Check("VT hinge angle at start (°)", "−14.036 ± 0.001", f"{a0:.3f}", "−14.036", bool(abs(a0 - (-14.036)) < 1e-3)),
-        Check("VT hinge angle after 12 steps (°)", "|θ| decreases; sign kept or flat (|θ| < 0.1°)", f"{a1:.3f}", "−7.229",
+        Verdict("VT scene, 12 steps: min mid-surface distance (µm)", "> 30 µm", f"{1e6 * vt['distance'].min():.2f}", "838.96", bool(vt["distance"].min() > 3e-5)),
+        Verdict("EE scene, 12 steps: min mid-surface distance (µm)", "> 30 µm", f"{1e6 * ee['distance'].min():.2f}", "651.40", bool(ee["distance"].min() > 3e-5)),
+        Verdict("VT hinge angle at start (°)", "−14.036 ± 0.001", f"{a0:.3f}", "−14.036", bool(abs(a0 - (-14.036)) < 1e-3)),
+        Verdict("VT hinge angle after 12 steps (°)", "|θ| decreases; sign kept or flat (|θ| < 0.1°)", f"{a1:.3f}", "−7.229",
               bool(abs(a1) < abs(a0) and (a1 < 0 or abs(a1) < 0.1))),
     ]
 
@@ -112,17 +112,17 @@ def _rejects(kind: str, edit) -> tuple[bool, str]:
 def _overlap(q): q[0, 2] = -1e-4
 def _through(q): q[:4, 2] -= q[2, 2] + 2e-3
 
-def check_rejections() -> list[Check]:
+def check_rejections() -> list[Verdict]:
     "Initial overlap and edge-through-face starts raise SolverError and leave the states untouched."
     out = []
     for name, kind, edit in (("initial overlap rejected, outputs untouched", "vt", _overlap),
                              ("edge through face rejected, outputs untouched", "ee", _through)):
         ok, msg = _rejects(kind, edit)
-        out.append(Check(name, "SolverError 'invalid start'; state_in/state_out bit-identical", msg, "rejected", ok))
+        out.append(Verdict(name, "SolverError 'invalid start'; state_in/state_out bit-identical", msg, "rejected", ok))
     return out
 
 # %% ../../nbs/35_validation.ipynb #c604a537
-def check_hinge_fd(run: dict, step: int = 6, h: float = 1e-7) -> Check:
+def check_hinge_fd(run: dict, step: int = 6, h: float = 1e-7) -> Verdict:
     "The hinge angle's gradient vs central differences of the angle, and the angle vs the numpy reference."
     X = run["x"][step][run["solver"].ipc.hinge.numpy()]          # (1, 4, 3)
     th = hinge_angle(X)[0]
@@ -134,7 +134,7 @@ def check_hinge_fd(run: dict, step: int = 6, h: float = 1e-7) -> Check:
         fd[i] = (hinge_angle(Xp)[0] - hinge_angle(Xm)[0]) / (2 * h)
     rel = float(np.abs(g.ravel() - fd).max() / np.abs(fd).max())
     dref = float(abs(th - dihedral_angle(X)[0]))
-    return Check("hinge angle gradient vs central differences", "max rel. error < 1e-6; angle = numpy ref. ± 1e-12",
+    return Verdict("hinge angle gradient vs central differences", "max rel. error < 1e-6; angle = numpy ref. ± 1e-12",
                  f"rel {rel:.1e}; |θ − ref| {dref:.1e}", "agree", bool(rel < 1e-6 and dref < 1e-12))
 
 def assembled_gradient_error(run: dict, h: float = 1e-8) -> tuple[float, float, bool]:
@@ -157,12 +157,12 @@ def assembled_gradient_error(run: dict, h: float = 1e-8) -> tuple[float, float, 
     fixed_zero = bool(np.all(g[s.ipc.fixed.numpy().astype(bool)] == 0))
     return err, gap, fixed_zero
 
-def check_gradients(runs: dict) -> list[Check]:
+def check_gradients(runs: dict) -> list[Verdict]:
     "Hinge-angle and assembled-gradient finite-difference rows."
     out = [check_hinge_fd(runs["vt"])]
     for kind in ("vt", "ee"):
         err, gap, fz = assembled_gradient_error(runs[kind])
-        out.append(Check(f"{kind.upper()} assembled ∇Φ vs central differences of Φ", "max rel. error < 1e-5, barrier active, fixed rows 0",
+        out.append(Verdict(f"{kind.upper()} assembled ∇Φ vs central differences of Φ", "max rel. error < 1e-5, barrier active, fixed rows 0",
                          f"rel {err:.1e} (min gap {1e6 * gap:.0f} µm)", "agree", bool(err < 1e-5 and gap < 1e-3 and fz)))
     return out
 
@@ -237,7 +237,7 @@ def linear_systems(runs: dict | None = None, device=None) -> tuple[dict, str]:
     return systems, f"bag step to {t:.4f} s, gap {1e6 * gap:.0f} µm; " + ", ".join(f"{k} ×{len(v)}" for k, v in systems.items())
 
 # %% ../../nbs/35_validation.ipynb #7a081e18
-def residual_checks(table: pd.DataFrame, where: str = "") -> list[Check]:
+def residual_checks(table: pd.DataFrame, where: str = "") -> list[Verdict]:
     "One row per linear solver from a `linear_residual_table`: the largest residuals against 1e-7 (PCG: the system solved only)."
     out = []
     for m in ("pardiso", "cholespy", "dense", "pcg"):
@@ -249,17 +249,17 @@ def residual_checks(table: pd.DataFrame, where: str = "") -> list[Check]:
         else:
             crit, ok = "< 1e-7 on the system solved (D·H·D) and unscaled (H, fixed DOFs eliminated)", max(solved, unscaled) < 1e-7
             note = f"max of {len(r)}"
-        out.append(Check(f"linear relative residual, {m}" + (" (default on the CPU)" if m == "pardiso" else ""), crit,
+        out.append(Verdict(f"linear relative residual, {m}" + (" (default on the CPU)" if m == "pardiso" else ""), crit,
                          f"solved {solved:.1e}, unscaled {unscaled:.1e} ({note}; {where})", "—", bool(ok)))
     return out
 
-def check_linear_residual(runs: dict | None = None, device=None) -> list[Check]:
+def check_linear_residual(runs: dict | None = None, device=None) -> list[Verdict]:
     "Linear relative residual rows: every solver on the Newton systems of `linear_systems`."
     systems, where = linear_systems(runs, device)
     return residual_checks(linear_residual_table(systems), where)
 
 # %% ../../nbs/35_validation.ipynb #dfa6e4ee
-def check_swept(runs: dict, samples: int = 17) -> Check:
+def check_swept(runs: dict, samples: int = 17) -> Verdict:
     "No brute-force candidate active at any of `samples` instants of any reference step is missing from the swept set."
     tot = dict(candidates=0, active_any_instant=0, missed=0); n = 0
     for run in runs.values():
@@ -268,32 +268,32 @@ def check_swept(runs: dict, samples: int = 17) -> Check:
             r = swept_check(s.ipc, x0, x1, samples=samples, skin=s.options["skin"], dhat=s.options["dhat"], min_gap=s.options["min_gap"])
             for k in tot: tot[k] += r[k]
             n += 1
-    return Check(f"swept candidates, {samples} instants ({n} steps, VT + EE)", "0 missed, some active",
+    return Verdict(f"swept candidates, {samples} instants ({n} steps, VT + EE)", "0 missed, some active",
                  f"{tot['missed']} missed of {tot['active_any_instant']} active ({tot['candidates']} candidates)", "0 missed",
                  bool(tot["missed"] == 0 and tot["active_any_instant"] > 0))
 
-def check_fast_crossing() -> list[Check]:
+def check_fast_crossing() -> list[Verdict]:
     "Step fraction α of the through-face motion by the reference implementation's normal bound and by additive CCD."
     x, dx, cs = through_face_scene()
     a_n = float(step_bound(cs, x, dx, method="normal")); a_a = float(step_bound(cs, x, dx))
-    return [Check("fast crossing α, reference normal bound", "in (0, 0.5)", f"{a_n:.5f}", "0.44775", bool(0 < a_n < 0.5)),
-            Check("fast crossing α, additive CCD (default)", "in (0, 0.5)", f"{a_a:.5f}", "0.44775", bool(0 < a_a < 0.5))]
+    return [Verdict("fast crossing α, reference normal bound", "in (0, 0.5)", f"{a_n:.5f}", "0.44775", bool(0 < a_n < 0.5)),
+            Verdict("fast crossing α, additive CCD (default)", "in (0, 0.5)", f"{a_a:.5f}", "0.44775", bool(0 < a_a < 0.5))]
 
 # %% ../../nbs/35_validation.ipynb #f5089455
-def check_gpu_vs_cpu(steps: int = 6) -> list[Check]:
+def check_gpu_vs_cpu(steps: int = 6) -> list[Verdict]:
     "CUDA vs CPU positions after `steps` steps of both reference scenes (skipped without CUDA)."
     out = []
     for kind in ("vt", "ee"):
         name = f"{kind.upper()} GPU vs CPU, {steps} steps (StVK)"
         if not wp.is_cuda_available():
-            out.append(Check(name, "max |Δx| < 2e-7 m", "skipped: no CUDA device", "< 2e-7 m", None)); continue
+            out.append(Verdict(name, "max |Δx| < 2e-7 m", "skipped: no CUDA device", "< 2e-7 m", None)); continue
         x = {d: reference_run(kind, steps=steps, device=d)["x"][-1] for d in ("cpu", "cuda:0")}
         err = float(np.abs(x["cuda:0"] - x["cpu"]).max())
-        out.append(Check(name, "max |Δx| < 2e-7 m", f"{err:.2e} m", "< 2e-7 m", bool(err < 2e-7)))
+        out.append(Verdict(name, "max |Δx| < 2e-7 m", f"{err:.2e} m", "< 2e-7 m", bool(err < 2e-7)))
     return out
 
 # %% ../../nbs/35_validation.ipynb #e2beefe1
-def check_bag_smoke(workdir=None) -> Check:
+def check_bag_smoke(workdir=None) -> Verdict:
     "Two bag steps: stored shapes (3, 481, 3), (3, 7, 3), (928, 3)."
     with tempfile.TemporaryDirectory(dir=workdir) as d:
         out = Path(d) / "smoke.npz"
@@ -301,7 +301,7 @@ def check_bag_smoke(workdir=None) -> Check:
         t = load_trajectory(out)
     shapes = (t["film"].shape, t["spheres"].shape, t["faces"].shape)
     ok = shapes == ((3, 481, 3), (3, 7, 3), (928, 3)) and bool(np.all(t["step_min_gap"] > 0))
-    return Check("bag smoke: 2 steps, Neo-Hookean, 7 spheres, bin, floor", "shapes (3,481,3), (3,7,3), (928,3); gaps > 0",
+    return Verdict("bag smoke: 2 steps, Neo-Hookean, 7 spheres, bin, floor", "shapes (3,481,3), (3,7,3), (928,3); gaps > 0",
                  ", ".join(str(tuple(s)) for s in shapes), "(3,481,3), (3,7,3), (928,3)", ok)
 
 def oscillation(traj: dict, window: float = 1.10) -> pd.DataFrame:
@@ -312,7 +312,7 @@ def oscillation(traj: dict, window: float = 1.10) -> pd.DataFrame:
     disp = np.linalg.norm(s[k] - s[k][0], axis=2)
     return pd.DataFrame(dict(sphere=np.arange(s.shape[1]), max_speed=v.max(0), max_displacement=disp.max(0), z_range=np.ptp(s[k][:, :, 2], 0)))
 
-def check_bag_full(out=None, until: float = 10.5) -> list[Check]:
+def check_bag_full(out=None, until: float = 10.5) -> list[Verdict]:
     "The full bag run and its measurements (hours on a CPU)."
     out = Path(out or "validation_bag.npz")
     try:
@@ -327,29 +327,29 @@ def check_bag_full(out=None, until: float = 10.5) -> list[Check]:
     nx, ny = (float(v) for v in m["neck width x × y"].split("×"))
     ok_run = stopped == "completed"
     return [
-        Check("bag full run", f"completes {until} s", f"{stopped}; {len(t['time'])} frames", "10.50 s", ok_run),
-        Check("bag: neck width x × y after release (mm)", f"< rest {1e3 * rest_nx:.0f} × {1e3 * rest_ny:.0f}", m["neck width x × y"], "38.83 × 37.20", bool(nx < 1e3 * rest_nx and ny < 1e3 * rest_ny)),
-        Check("bag: flap height after release (mm)", "> 0", m["flap height"], "18.43", bool(float(m["flap height"]) > 0)),
-        Check("bag: self-intersection frames / all", "0 / all", m["self-intersection frames / all frames"], "0 / 2,029 (8.45 s run)", m["self-intersection frames / all frames"].startswith("0 /")),
-        Check("bag: sphere max speed / displacement, last 1.10 s", "reported", f"{osc.max_speed.max():.4f} m/s / {1e3 * osc.max_displacement.max():.3f} mm", "", True),
-        Check("bag: largest sphere z range, last 1 s (mm)", "< 1 mm", m["largest sphere-centre z range, last 1 s"], "0.80", bool(float(m["largest sphere-centre z range, last 1 s"]) < 1.0)),
-        Check("bag: min sphere–film gap, last frame (mm)", "> 0", m["min sphere–film gap, last frame"], "", bool(float(m["min sphere–film gap, last frame"]) > 0)),
-        Check("bag: sphere centres inside the bag", "7 / 7", m["sphere centres inside the bag, last frame"], "7 / 7", m["sphere centres inside the bag, last frame"] == "7 / 7"),
+        Verdict("bag full run", f"completes {until} s", f"{stopped}; {len(t['time'])} frames", "10.50 s", ok_run),
+        Verdict("bag: neck width x × y after release (mm)", f"< rest {1e3 * rest_nx:.0f} × {1e3 * rest_ny:.0f}", m["neck width x × y"], "38.83 × 37.20", bool(nx < 1e3 * rest_nx and ny < 1e3 * rest_ny)),
+        Verdict("bag: flap height after release (mm)", "> 0", m["flap height"], "18.43", bool(float(m["flap height"]) > 0)),
+        Verdict("bag: self-intersection frames / all", "0 / all", m["self-intersection frames / all frames"], "0 / 2,029 (8.45 s run)", m["self-intersection frames / all frames"].startswith("0 /")),
+        Verdict("bag: sphere max speed / displacement, last 1.10 s", "reported", f"{osc.max_speed.max():.4f} m/s / {1e3 * osc.max_displacement.max():.3f} mm", "", True),
+        Verdict("bag: largest sphere z range, last 1 s (mm)", "< 1 mm", m["largest sphere-centre z range, last 1 s"], "0.80", bool(float(m["largest sphere-centre z range, last 1 s"]) < 1.0)),
+        Verdict("bag: min sphere–film gap, last frame (mm)", "> 0", m["min sphere–film gap, last frame"], "", bool(float(m["min sphere–film gap, last frame"]) > 0)),
+        Verdict("bag: sphere centres inside the bag", "7 / 7", m["sphere centres inside the bag, last frame"], "7 / 7", m["sphere centres inside the bag, last frame"] == "7 / 7"),
     ]
 
 # %% ../../nbs/35_validation.ipynb #bbd0027e
-def _guard(name: str, fn) -> list[Check]:
+def _guard(name: str, fn) -> list[Verdict]:
     t = time.perf_counter()
     try:
         out = fn()
         out = out if isinstance(out, list) else [out]
     except Exception as e:                                   # a crashing check is a failing check
-        out = [Check(name, "runs", f"{type(e).__name__}: {str(e)[:100]}", "", False)]
+        out = [Verdict(name, "runs", f"{type(e).__name__}: {str(e)[:100]}", "", False)]
     out[0].seconds = time.perf_counter() - t       # the group's time, on its first row (the rows share one computation)
     return out
 
 # %% ../../nbs/35_validation.ipynb #51c48938
-def run_validation(full: bool = False, *, bag_out=None) -> list[Check]:
+def run_validation(full: bool = False, *, bag_out=None) -> list[Verdict]:
     "Every verification check (the full bag run only with `full`)."
     runs = {}
     def ref():
