@@ -49,7 +49,8 @@ def main():
         runs = {}
         for solver in a.solvers:
             t0 = time.perf_counter()
-            run = run_example(name, solver=solver, frames=frames.get(name), device=a.device, ipc_options=options)
+            run = run_example(name, solver=solver, frames=frames.get(name), device=a.device, ipc_options=options,
+                              progress=True)
             measures = measure_run(run, device=a.device)
             s = run_summary(run, measures)
             s.update(date=time.strftime("%Y-%m-%d %H:%M"), total_s=time.perf_counter() - t0,
