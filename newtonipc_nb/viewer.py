@@ -13,8 +13,8 @@ import pythreejs as p3
 
 # %% auto #0
 __all__ = ['VIEW_DIRECTION', 'FOV', 'mesh_objects', 'sphere_object', 'look_at_quaternion', 'framing_distance', 'framed_renderer',
-           'mesh_view', 'kept_frames', 'morph_weight_tracks', 'follow_boxes', 'trajectory_view', 'grid_mesh',
-           'waving_sheet', 'close_widgets']
+           'mesh_view', 'kept_frames', 'morph_weight_tracks', 'follow_boxes', 'posed_points', 'trajectory_view',
+           'grid_mesh', 'waving_sheet', 'close_widgets', 'shape_mesh']
 
 # %% ../nbs/00a_viewer.ipynb #05f09a9c
 def mesh_objects(vertices, faces, color, opacity=1.0, wireframe=True, morph=None, name=""):
@@ -160,15 +160,40 @@ def _check_playback(times, T, speed, follow):
     return times
 
 
+# %% ../nbs/00a_viewer.ipynb #b0d1e5a7
+def posed_points(vertices, pose) -> np.ndarray:
+    "Points `vertices` (n, 3) moved by `pose` = (position, quaternion x y z w): R(q)·v + p."
+    x, y, z, w = np.asarray(pose[3:], np.float64) / np.linalg.norm(pose[3:])
+    u, v = np.array([x, y, z]), np.asarray(vertices, np.float64)
+    return v + 2 * np.cross(u, np.cross(u, v) + w * v) + np.asarray(pose[:3], np.float64)
+
+def _place(obj, pose):
+    "Put a pythreejs object at `pose` (position, quaternion x y z w)."
+    obj.position = tuple(float(v) for v in pose[:3])
+    obj.quaternion = tuple(float(v) for v in pose[3:])
+
+def _check_poses(poses, T: int, b: int) -> np.ndarray:
+    poses = np.array(poses, dtype=np.float64)
+    if poses.shape != (T, 7) or not np.isfinite(poses).all():
+        raise ValueError(f"bodies[{b}] poses must be finite with shape ({T}, 7) like frames, got {poses.shape}")
+    return poses
+
+def _body_mover(b: int, vertices, faces, poses, first: int):
+    "A group drawing rigid body `b`'s triangles, placed at its pose of frame `first`; returns (group, poses)."
+    mover = p3.Group(children=mesh_objects(vertices, faces, "#bbbbbb", opacity=0.5, wireframe=False), name=f"body{b}")
+    _place(mover, poses[first])
+    return mover, poses
+
 # %% ../nbs/00a_viewer.ipynb #14f7f4d2
 def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: float = 1.0, spheres=None, radii=None,
-                    obstacles=(), follow: float | None = 0.2, max_frames: int = 60, frame: int = -1, color="#9ecae1",
+                    obstacles=(), bodies=(), follow: float | None = 0.2, max_frames: int = 60, frame: int = -1, color="#9ecae1",
                     width=640, height=480):
     """A widget that plays a film trajectory `frames` (T, N, 3), with sphere centres `spheres` (T, S, 3), in the browser.
 
     `times` are the frames' simulated times in seconds (default: frame k at k / `fps`); the clip plays them at `speed`
     times real time. The camera follows the film: each kept frame is framed by the film's box over a window of `follow`
-    seconds around it (`None`: the whole run's box, an overview). With a kernel, a frame slider scrubs the run."""
+    seconds around it (`None`: the whole run's box, an overview). `bodies` are rigid triangle meshes
+    `(vertices, faces, poses)` moved by their poses (T, 7), one per frame. With a kernel, a frame slider scrubs the run."""
     frames, faces, spheres, radii = _check_trajectory(frames, faces, spheres, radii, fps, max_frames)
     T = frames.shape[0]
     times = _check_playback(np.arange(T) / float(fps) if times is None else times, T, speed, follow)
@@ -186,12 +211,18 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
     for ov, of in obstacles:
         children += mesh_objects(ov, of, "#bbbbbb", opacity=0.35, wireframe=False)
         pts.append(np.asarray(ov))
+    movers = [_body_mover(b, bv, bf, _check_poses(poses, T, b), keep[start]) for b, (bv, bf, poses) in enumerate(bodies)]
+    pts += [posed_points(bv, poses[k]) for (bv, _, _), (_, poses) in zip(bodies, movers) for k in keep]
     balls = [sphere_object(spheres[keep[start], s], r, name=f"sphere{s}") for s, r in enumerate(radii if spheres is not None else [])]
     pts += [spheres.reshape(-1, 3) + r for r in (radii.max(), -radii.max())] if balls else []
     tracks = [p3.NumberKeyframeTrack(name=f"{m.name}.morphTargetInfluences[{k}]", times=t.astype(np.float32), values=w.astype(np.float32))
               for m in film for k, (t, w) in enumerate(morph_weight_tracks(kt))]
     tracks += [p3.VectorKeyframeTrack(name=f"{b.name}.position", times=kt32, values=spheres[keep, s].astype(np.float32).ravel())
                for s, b in enumerate(balls)]
+    for mover, poses in movers:
+        tracks += [p3.VectorKeyframeTrack(name=f"{mover.name}.position", times=kt32, values=poses[keep, :3].astype(np.float32).ravel()),
+                   p3.QuaternionKeyframeTrack(name=f"{mover.name}.quaternion", times=kt32,
+                                              values=poses[keep, 3:].astype(np.float32).ravel())]
     if follow is not None:  # the content is scaled and moved so that the film's box at each frame fills the canvas
         lo, hi = follow_boxes(frames[keep], kt, follow)
         need = np.array([framing_distance(a, b, width / height) for a, b in zip(lo, hi)])
@@ -199,7 +230,7 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
         place = -scale[:, None] * 0.5 * (lo + hi)
         tracks += [p3.VectorKeyframeTrack(name="content.position", times=kt32, values=place.astype(np.float32).ravel()),
                    p3.VectorKeyframeTrack(name="content.scale", times=kt32, values=np.repeat(scale, 3).astype(np.float32))]
-    renderer = framed_renderer(children + balls, pts, width, height)
+    renderer = framed_renderer(children + balls + [m for m, _ in movers], pts, width, height)
     uid = uuid.uuid4().hex[:12]  # names the clip after the box, so a page's script can tell which clip a box plays
     clip = p3.AnimationClip(name=f"trajectory {uid}", tracks=tracks, duration=float(kt[-1]))
     action = p3.AnimationAction(p3.AnimationMixer(renderer.scene), clip, renderer.scene, paused=True, timeScale=speed,
@@ -213,6 +244,7 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
     def show(k):
         for m in film: m.morphTargetInfluences = onehot(k)
         for s, ball in enumerate(balls): ball.position = tuple(float(v) for v in spheres[keep[k], s])
+        for mover, poses in movers: _place(mover, poses[keep[k]])
         if follow is not None:
             content = renderer.scene.children[0]
             content.position, content.scale = tuple(map(float, place[k])), (float(scale[k]),) * 3
@@ -268,3 +300,38 @@ def close_widgets(w) -> int:
         stack.extend(getattr(o, k, None) for k in o.keys if k not in ("_model_id", "comm"))
         o.close()
     return len(seen)
+
+# %% ../nbs/00a_viewer.ipynb #287de135
+def _sphere_grid(r: float, segments: int, z0: float = 0.0, z1: float = 0.0):
+    "A UV sphere of radius r whose upper half is lifted by z1 and lower half by z0 (a capsule when z0 = −h, z1 = h)."
+    th = np.linspace(0, np.pi, segments // 2 + 1)[:, None]
+    ph = np.linspace(0, 2 * np.pi, segments, endpoint=False)[None]
+    z = r * np.cos(th) + np.where(np.cos(th) >= 0, z1, z0)
+    V = np.stack([r * np.sin(th) * np.cos(ph), r * np.sin(th) * np.sin(ph),
+                  np.broadcast_to(z, (len(th), segments))], -1)
+    V = V.reshape(-1, 3); F = []
+    for i in range(len(th) - 1):
+        for j in range(segments):
+            a, b = i * segments + j, i * segments + (j + 1) % segments
+            F += [[a, a + segments, b], [b, a + segments, b + segments]]
+    return V, np.array(F, np.int32)
+
+def shape_mesh(kind: str, scale=(1.0, 1.0, 1.0), *, mesh=None, segments: int = 24, plane_size: float = 10.0,
+               center=(0.0, 0.0)):
+    "Triangles of a collision shape in its own frame: 'plane', 'box', 'sphere', 'capsule' (axis z) or 'mesh'."
+    sx, sy, sz = (float(v) for v in scale)
+    if kind == "plane":
+        h, (cx, cy) = plane_size / 2, center
+        V = np.array([[cx - h, cy - h, 0], [cx + h, cy - h, 0], [cx + h, cy + h, 0], [cx - h, cy + h, 0]], float)
+        return V, np.array([[0, 1, 2], [0, 2, 3]], np.int32)
+    if kind == "box":
+        V = np.array([[x, y, z] for x in (-sx, sx) for y in (-sy, sy) for z in (-sz, sz)], float)
+        F = [[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
+             [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]]
+        return V, np.array(F, np.int32)
+    if kind == "sphere": return _sphere_grid(sx, segments)
+    if kind == "capsule": return _sphere_grid(sx, segments, -sy, sy)
+    if kind == "mesh":
+        if mesh is None: raise ValueError("shape_mesh: kind 'mesh' needs mesh=(vertices, triangles)")
+        return np.asarray(mesh[0], float) * (sx, sy, sz), np.asarray(mesh[1], np.int32).reshape(-1, 3)
+    raise ValueError(f"shape_mesh: kind must be plane, box, sphere, capsule or mesh, got {kind!r}")
