@@ -13,7 +13,7 @@ import warp as wp
 from .candidates import ContactSet
 from .checks import vec3d_array
 from .distances import candidate_weights, weighted_sum
-from .terms import EnergyTerm, HessianBlocks
+from .terms import EnergyTerm, HessianBlocks, add_gradient, skip_block, write_block
 
 # %% auto #0
 __all__ = ['barrier', 'barrier_d1', 'barrier_d2', 'barrier_values', 'BarrierTerm']
@@ -148,20 +148,16 @@ def _barrier_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtyp
         n = r / rn
         d1 = barrier_d1(g, dhat, k)
         for a in range(4):
-            wp.atomic_add(grad, p[a], (d1 * w[a]) * n)
+            add_gradient(grad, p[a], (d1 * w[a]) * n)
         d2 = barrier_d2(g, dhat, k)
     nn = wp.outer(n, n)
     for a in range(4):
         for b in range(4):
             s = base + 4 * a + b
             if d2 > wp.float64(0.0):
-                rows[s] = p[a]
-                cols[s] = p[b]
-                vals[s] = (d2 * w[a] * w[b]) * nn
+                write_block(rows, cols, vals, s, p[a], p[b], (d2 * w[a] * w[b]) * nn)
             else:
-                rows[s] = -1
-                cols[s] = -1
-                vals[s] = wp.mat33d()
+                skip_block(rows, cols, vals, s)
 
 # %% ../nbs/05_contact_barrier.ipynb #bd0b99ea
 def _resolve_contacts(provider) -> ContactSet:

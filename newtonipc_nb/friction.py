@@ -9,7 +9,7 @@ import numpy as np
 import warp as wp
 
 from .checks import non_negative, positive
-from .terms import ElementEnergyTerm, HessianBlocks
+from .terms import ElementEnergyTerm, HessianBlocks, add_gradient, skip_block, write_block
 from .barrier import barrier_d1
 from .distances import candidate_weights
 
@@ -73,16 +73,13 @@ def _friction_accumulate(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3
     P = wp.identity(n=3, dtype=wp.float64) - wp.outer(nc, nc)
     K = lam * P * (wp.identity(n=3, dtype=wp.float64) / s - wp.outer(t, t) / (s * s * s)) * P
     for i in range(4):
-        wp.atomic_add(grad, p[i], wc[i] * f)
+        add_gradient(grad, p[i], wc[i] * f)
         for j in range(4):
             k = offset + 16 * c + 4 * i + j
             if lam > wp.float64(0.0):
-                rows[k] = p[i]
-                cols[k] = p[j]
-                vals[k] = wc[i] * wc[j] * K
+                write_block(rows, cols, vals, k, p[i], p[j], wc[i] * wc[j] * K)
             else:
-                rows[k] = -1
-                cols[k] = -1
+                skip_block(rows, cols, vals, k)
 
 # %% ../nbs/08_friction.ipynb #45b0b9f3
 class FrictionTerm(ElementEnergyTerm):

@@ -146,8 +146,9 @@ class SolverIPC(newton.solvers.SolverBase):
         option(max_subdivisions, "option max_subdivisions", fn=fn, kind=integer, ok=lambda v: 0 <= v <= 30, rule="an integer in 0..30")
         if observer is not None and not callable(observer): raise ValueError(f"SolverIPC: option observer must be callable, got {observer!r}")
         extra = list(terms)
-        for i, t in enumerate(extra):
-            if not isinstance(t, EnergyTerm): raise ValueError(f"SolverIPC: terms[{i}] must be an EnergyTerm, got {type(t).__name__}")
+        for i, t in enumerate(extra):            # the protocol, not the class: a term may come from anywhere
+            missing = [m for m in ("add_energy", "prepare", "restrict", "num_blocks", "accumulate") if not callable(getattr(t, m, None))]
+            if missing: raise ValueError(f"SolverIPC: terms[{i}] must be an EnergyTerm ({type(t).__name__} has no {', '.join(missing)})")
         self.ipc = IPCModel.from_newton(model, sphere_particles=sphere_particles)
         if rest_contacts == "refuse": check_rest_contacts(self.ipc, dhat, min_gap, fn=fn)
         d = self.ipc.device
@@ -424,6 +425,7 @@ def _prescribe(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, st: StepStats) -
 def _solve(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: float, st: StepStats):
     """One attempt at a step of `dt` from positions `xs`, prescribed particles going to `xe`, velocities `v0` and external
     forces `f` (all (N, 3) float64 over the contact model's particles)."""
+    xe = np.where(self._fixed_mask[:, None], xe, xs)      # only prescribed particles have a target of their own
     self._predict(xs, v0, f, dt)
     self._restrict(None)
     x = self._x; x.assign(xs)

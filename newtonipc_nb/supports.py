@@ -9,7 +9,7 @@ import numpy as np
 import warp as wp
 
 from .checks import float_array, index_array, per_element
-from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays
+from .terms import ElementEnergyTerm, HessianBlocks, add_gradient, check_term_arrays, skip_block, write_block
 
 # %% auto #0
 __all__ = ['TIE_STIFFNESS', 'SupportTerm', 'InertiaTerm', 'TieTerm']
@@ -33,14 +33,10 @@ def _support_accumulate_kernel(x: wp.array(dtype=wp.vec3d), idx: wp.array(dtype=
     i = idx[s]
     g = k[s] * (x[i] - target[s])
     if wp.isfinite(g[0] + g[1] + g[2]):
-        wp.atomic_add(grad, i, g)
-        rows[offset + s] = i
-        cols[offset + s] = i
-        vals[offset + s] = k[s] * wp.identity(n=3, dtype=wp.float64)
+        add_gradient(grad, i, g)
+        write_block(rows, cols, vals, offset + s, i, i, k[s] * wp.identity(n=3, dtype=wp.float64))
     else:
-        rows[offset + s] = -1
-        cols[offset + s] = -1
-        vals[offset + s] = wp.mat33d()
+        skip_block(rows, cols, vals, offset + s)
 
 # %% ../nbs/02a_supports.ipynb #c2e720a8
 class SupportTerm(ElementEnergyTerm):
@@ -135,25 +131,15 @@ def _tie_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp
     H = _tie_hessian(d, rest[p], k[p], project)
     base = offset + 4 * p
     if wp.isfinite(l) and wp.isfinite(g[0] + g[1] + g[2]) and wp.isfinite(wp.ddot(H, H)):
-        wp.atomic_add(grad, i, g)
-        wp.atomic_sub(grad, j, g)
-        rows[base] = i
-        cols[base] = i
-        vals[base] = H
-        rows[base + 1] = j
-        cols[base + 1] = j
-        vals[base + 1] = H
-        rows[base + 2] = i
-        cols[base + 2] = j
-        vals[base + 2] = -H
-        rows[base + 3] = j
-        cols[base + 3] = i
-        vals[base + 3] = -H
+        add_gradient(grad, i, g)
+        add_gradient(grad, j, -g)
+        write_block(rows, cols, vals, base, i, i, H)
+        write_block(rows, cols, vals, base + 1, j, j, H)
+        write_block(rows, cols, vals, base + 2, i, j, -H)
+        write_block(rows, cols, vals, base + 3, j, i, -H)
     else:
         for s in range(4):
-            rows[base + s] = -1
-            cols[base + s] = -1
-            vals[base + s] = wp.mat33d()
+            skip_block(rows, cols, vals, base + s)
 
 # %% ../nbs/02a_supports.ipynb #0937e4e8
 class TieTerm(ElementEnergyTerm):

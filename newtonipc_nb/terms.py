@@ -13,7 +13,8 @@ import warp as wp
 from .checks import float_array
 
 # %% auto #0
-__all__ = ['HessianBlocks', 'sum_into', 'EnergyTerm', 'ElementEnergyTerm', 'check_term_arrays', 'term_derivatives']
+__all__ = ['HessianBlocks', 'write_block', 'skip_block', 'add_gradient', 'sum_into', 'EnergyTerm', 'ElementEnergyTerm',
+           'check_term_arrays', 'term_derivatives']
 
 # %% ../nbs/01_terms.ipynb #df25c309
 @dataclass
@@ -30,6 +31,27 @@ class HessianBlocks:
                    vals=wp.zeros(n, dtype=wp.mat33d, device=device))
 
     def __len__(self) -> int: return self.rows.shape[0]
+
+# %% ../nbs/01_terms.ipynb #30c0014a
+@wp.func
+def write_block(rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d),
+                slot: wp.int32, i: wp.int32, j: wp.int32, h: wp.mat33d):
+    "Store the 3×3 block h of particles (i, j) at `slot`."
+    rows[slot] = i
+    cols[slot] = j
+    vals[slot] = h
+
+@wp.func
+def skip_block(rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d), slot: wp.int32):
+    "Mark `slot` unused (row = col = −1): the assembly drops it."
+    rows[slot] = -1
+    cols[slot] = -1
+    vals[slot] = wp.mat33d()
+
+@wp.func
+def add_gradient(grad: wp.array(dtype=wp.vec3d), i: wp.int32, g: wp.vec3d):
+    "Add g to particle i's gradient."
+    wp.atomic_add(grad, i, g)
 
 # %% ../nbs/01_terms.ipynb #5de4992e
 @wp.kernel

@@ -6,6 +6,7 @@ import warp as wp
 import newton
 from newtonipc_nb.inputs import BAG_FILM, ModelError, add_mesh, grid_faces, set_hinge_stiffness
 from newtonipc_nb.intersections import count_intersections
+from newtonipc_nb.scenes.incline import equilibrium_gap
 from newtonipc_nb.solver import SolverError, SolverIPC
 
 DT = 1 / 240
@@ -48,3 +49,103 @@ def test_unsupported_shape_is_refused_by_type_and_index():
     flags = model.shape_flags.numpy(); flags[1] &= ~int(newton.ShapeFlags.COLLIDE_PARTICLES)
     model.shape_flags.assign(flags)
     assert SolverIPC(model).obstacles.shapes == [0]     # with particle collision off it is not an obstacle
+
+
+def test_kinematic_particle_is_swept_to_where_the_caller_put_it():
+    b = sheet_builder(height=0.02)
+    model = b.finalize(device="cpu")
+    m = model.particle_mass.numpy(); m[0] = 0.0; model.particle_mass.assign(m)       # a kinematic corner
+    solver = SolverIPC(model)
+    s0, s1 = model.state(), model.state()
+    solver.step(s0, s1, None, None, DT)
+    s0, s1 = s1, s0
+    for k in range(3):
+        q = s0.particle_q.numpy(); q[0, 0] += 0.002; s0.particle_q.assign(q)           # the caller moves it
+        target = q[0].copy()
+        solver.step(s0, s1, None, None, DT)
+        s0, s1 = s1, s0
+        assert np.array_equal(s0.particle_q.numpy()[0], target)
+        np.testing.assert_allclose(s0.particle_qd.numpy()[0], [0.002 / DT, 0, 0], rtol=1e-4)
+    assert s0.particle_q.numpy()[1:, 0].mean() > 0                                  # the sheet follows its corner
+
+
+def squeezed_sheet():
+    "A sheet on the ground with a kinematic box just above it."
+    b = sheet_builder(height=0.0006)
+    b.add_ground_plane()
+    body = b.add_body(xform=wp.transform(wp.vec3(0.0, 0.0, 0.006), wp.quat_identity()))
+    b.add_shape_box(body, hx=0.01, hy=0.01, hz=0.005)
+    return b.finalize(device="cpu")
+
+
+def test_unreachable_shape_move_names_the_shape_and_writes_nothing():
+    model = squeezed_sheet()
+    solver = SolverIPC(model)
+    s0, s1 = model.state(), model.state()
+    solver.step(s0, s1, None, None, DT)
+    s0, s1 = s1, s0
+    q = s0.body_q.numpy(); q[0, 2] -= 0.01; s0.body_q.assign(q)                       # through the sheet, into the ground
+    s1.particle_q.assign(np.full((model.particle_count, 3), 7.0, np.float32))
+    with pytest.raises(SolverError, match=r"prescribed move of shape 1 \(box, body 0\)"):
+        solver.step(s0, s1, None, None, DT)
+    assert (s1.particle_q.numpy() == 7.0).all()
+
+
+def test_moving_box_carries_the_sheet_by_friction():
+    load = BAG_FILM.areal_density * 0.01 ** 2 * 9.81           # the weight an interior vertex carries
+    def run(friction):
+        b = sheet_builder(height=0.01 + 3e-5 + equilibrium_gap(load))   # at rest on the box top
+        body = b.add_body(xform=wp.transform(wp.vec3(0.0, 0.0, 0.0), wp.quat_identity()))
+        b.add_shape_box(body, hx=0.05, hy=0.05, hz=0.01, cfg=newton.ModelBuilder.ShapeConfig(mu=1.0))
+        model = b.finalize(device="cpu")
+        solver = SolverIPC(model, friction=friction)
+        s0, s1 = model.state(), model.state()
+        for k in range(14):
+            if k >= 4:                                                               # settled: now the box slides along x
+                q = s0.body_q.numpy(); q[0, 0] += 0.0001; s0.body_q.assign(q)
+            solver.step(s0, s1, None, None, DT)
+            s0, s1 = s1, s0
+        return s0.particle_q.numpy()[:, 0].mean(), s0.body_q.numpy()[0, 0]
+    x_stick, box = run(0.8)
+    x_free, _ = run(0.0)
+    assert abs(x_stick - box) < 0.1 * box, (x_stick, box)         # μ = √(0.8 · 1.0): the sheet rides along
+    assert abs(x_free) < 0.05 * box, x_free                       # no friction: the box slides under it
+
+
+def test_sphere_particle_rests_on_a_capsule():
+    b = newton.ModelBuilder(gravity=(0.0, 0.0, -9.81))
+    b.add_particle(wp.vec3(0.0, 0.0, 0.0175), wp.vec3(0.0, 0.0, 0.0), mass=0.001, radius=0.005)
+    b.add_shape_capsule(-1, xform=wp.transform(wp.vec3(0.0, 0.0, 0.0), wp.quat_from_axis_angle(wp.vec3(0.0, 1.0, 0.0), np.pi / 2)),
+                        radius=0.01, half_height=0.05)
+    model = b.finalize(device="cpu")
+    solver = SolverIPC(model)
+    s0, s1 = model.state(), model.state()
+    for _ in range(30):
+        solver.step(s0, s1, None, None, DT)
+        s0, s1 = s1, s0
+    z = float(s0.particle_q.numpy()[0, 2])
+    assert 0.015 + 1.5e-5 < z < 0.015 + 1.5e-5 + 1e-3, z          # above R_s + R_c + min_gap/2, within d̂ of it
+
+
+def test_particle_behind_a_plane_is_refused():
+    b = sheet_builder(height=-0.001)
+    b.add_ground_plane()
+    model = b.finalize(device="cpu")
+    solver = SolverIPC(model)
+    s0, s1 = model.state(), model.state()
+    with pytest.raises(SolverError, match=r"particle \d+ is .* behind shape 0 \(plane"):
+        solver.step(s0, s1, None, None, DT)
+
+
+def test_turning_infinite_plane_is_refused():
+    b = sheet_builder(height=0.01)
+    body = b.add_body(xform=wp.transform(wp.vec3(0.0, 0.0, 0.0), wp.quat_identity()))
+    b.add_shape_plane(body=body, width=0.0, length=0.0)
+    model = b.finalize(device="cpu")
+    solver = SolverIPC(model)
+    s0, s1 = model.state(), model.state()
+    solver.step(s0, s1, None, None, DT)
+    s0, s1 = s1, s0
+    q = s0.body_q.numpy(); q[0, 3:] = [0.0, np.sin(0.01), 0.0, np.cos(0.01)]; s0.body_q.assign(q)
+    with pytest.raises(SolverError, match="shape 0 .*infinite plane.* turns during the step"):
+        solver.step(s0, s1, None, None, DT)

@@ -20,13 +20,13 @@ from ..obstacles import quat_matrix
 from ..solver import SolverIPC
 
 # %% auto #0
-__all__ = ['SHEET_N', 'SHEET_SIZE', 'SHEET_HEIGHT', 'RAKE_START', 'RAKE_SPEED', 'RAKE_FROM', 'pyramid_mesh', 'rake_pose',
-           'shapes_scene', 'shape_sdf', 'round_shape_face_distance', 'ShapesRun', 'run_shapes_scene', 'shape_clearance',
-           'film_intersections', 'display_meshes', 'grid_quads']
+__all__ = ['SHEET_N', 'SHEET_SIZE', 'SHEET_HEIGHT', 'SHEET_Y', 'RAKE_START', 'RAKE_SPEED', 'RAKE_FROM', 'RAKE_TRAVEL',
+           'pyramid_mesh', 'rake_pose', 'shapes_scene', 'shape_sdf', 'round_shape_face_distance', 'ShapesRun',
+           'run_shapes_scene', 'shape_clearance', 'film_intersections', 'display_meshes', 'grid_quads']
 
 # %% ../../nbs/28_shape_scene.ipynb #eee904e4
-SHEET_N, SHEET_SIZE, SHEET_HEIGHT = 15, 0.14, 0.06           # vertices per side, width (m), drop height (m)
-RAKE_START, RAKE_SPEED, RAKE_FROM = np.array([0.0, -0.12, 0.008]), 0.12, 0.25   # m, m/s, s
+SHEET_N, SHEET_SIZE, SHEET_HEIGHT, SHEET_Y = 15, 0.14, 0.06, -0.03   # vertices per side, width, drop height, centre y (m)
+RAKE_START, RAKE_SPEED, RAKE_FROM, RAKE_TRAVEL = np.array([0.0, -0.16, 0.008]), 0.2, 0.2, 0.08   # m, m/s, s, m
 
 def pyramid_mesh(half: float, height: float) -> newton.Mesh:
     "A square pyramid (base 2·half, apex `height` above the base centre) as a closed, outward-facing triangle mesh."
@@ -35,16 +35,16 @@ def pyramid_mesh(half: float, height: float) -> newton.Mesh:
     return newton.Mesh(v, f.ravel())
 
 def rake_pose(t: float) -> np.ndarray:
-    "The rake body's transform (7,) at time t: at rest until RAKE_FROM, then moving along +y."
-    p = RAKE_START + [0.0, RAKE_SPEED * max(t - RAKE_FROM, 0.0), 0.0]
+    "The rake body's transform (7,) at time t: at rest until RAKE_FROM, then moving RAKE_TRAVEL along +y."
+    p = RAKE_START + [0.0, min(RAKE_SPEED * max(t - RAKE_FROM, 0.0), RAKE_TRAVEL), 0.0]
     return np.array([*p, 0.0, 0.0, 0.0, 1.0])
 
 # %% ../../nbs/28_shape_scene.ipynb #d1705687
-def shapes_scene(n: int = SHEET_N, size: float = SHEET_SIZE, height: float = SHEET_HEIGHT, device=None):
+def shapes_scene(n: int = SHEET_N, size: float = SHEET_SIZE, height: float = SHEET_HEIGHT, y: float = SHEET_Y, device=None):
     "The every-shape-kind scene: returns (model, rake body index)."
     b = newton.ModelBuilder(gravity=(0.0, 0.0, -9.81))
     u = np.linspace(-size / 2, size / 2, n)
-    U, W = np.meshgrid(u, u, indexing="ij")
+    U, W = np.meshgrid(u, u + y, indexing="ij")
     first = len(b.edge_indices)
     add_mesh(b, np.stack([U.ravel(), W.ravel(), np.full(n * n, height)], 1), grid_faces(n),
              density=BAG_FILM.areal_density, mu=BAG_FILM.mu, lam=BAG_FILM.lam)
@@ -116,7 +116,7 @@ class ShapesRun:
     steps: list = field(default_factory=list)
     wall_s: float = 0.0
 
-def run_shapes_scene(until: float = 0.55, dt: float = 1 / 240, *, device=None, **options) -> tuple[ShapesRun, object]:
+def run_shapes_scene(until: float = 0.6, dt: float = 1 / 240, *, device=None, **options) -> tuple[ShapesRun, object]:
     "Run the scene to `until` seconds; returns the run and the solver."
     model, rake = shapes_scene(device=device)
     solver = SolverIPC(model, **options)
