@@ -9,6 +9,8 @@ cfg = cfg["DEFAULT"]
 
 requirements = shlex.split(cfg.get("requirements", ""))
 dev_requirements = shlex.split(cfg.get("dev_requirements", ""))
+# OpenUSD for the Newton examples that read .usd assets (cloth_twist, cloth_bending): an extra, not a core need
+usd_requirements = shlex.split(cfg.get("usd_requirements", ""))
 console_scripts = cfg.get("console_scripts", "").split()
 licenses = {"apache2": "Apache-2.0"}
 statuses = ["1 - Planning", "2 - Pre-Alpha", "3 - Alpha", "4 - Beta", "5 - Production/Stable"]
@@ -34,7 +36,7 @@ setuptools.setup(
     include_package_data=True,
     python_requires=">=" + cfg["min_python"],
     install_requires=requirements,
-    extras_require={"dev": dev_requirements},
+    extras_require={"dev": dev_requirements + usd_requirements, "usd": usd_requirements},
     entry_points={
         "console_scripts": console_scripts,
         "nbdev": [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"],

@@ -237,6 +237,7 @@ class BarrierTerm(EnergyTerm):
             wp.launch(_motion_kernel, dim=x.shape[0], inputs=[x, self._ref_x, self._motion], device=cs.device)
             m = 2.0 * float(self._motion.numpy()[0])
             if m <= self.dhat: return m * (1.0 + 1e-9) + 1e-12
+        self._ref_of = None         # the reference is rewritten: a rewrite cut short must not be taken for a whole one
         if self._ref_gaps.shape[0] < cs.count:
             self._ref_gaps = wp.zeros(int(1.5 * cs.count) + 16, dtype=wp.float64, device=cs.device)
             self._active = wp.zeros(self._ref_gaps.shape[0], dtype=wp.int32, device=cs.device)

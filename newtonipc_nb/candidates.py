@@ -286,7 +286,7 @@ class CandidateSearch:
         self._counter = wp.zeros(1, dtype=wp.int32, device=d); self._flag = wp.zeros(1, dtype=wp.int32, device=d)
         cap = capacity if capacity is not None else 8 * (len(tri) + len(edge)) + 64
         self.contacts = ContactSet.allocate(cap, device=d)
-        self.built = False
+        self.built, self.built_from = False, None
         self.stats = dict(builds=0, reuses=0, regrows=0)
 
     def set_plane_normals(self, normals) -> None:
@@ -314,10 +314,13 @@ class CandidateSearch:
         return self.build(x_start, x_end)
 
     def build(self, x_start: wp.array, x_end: wp.array | None = None) -> ContactSet:
-        "Rebuild the candidates of the motion x_start → x_end with boxes grown by the skin."
+        """Rebuild the candidates of the motion x_start → x_end with boxes grown by the skin. The set is a function of
+        that motion alone: a copy is kept (`built_from`), and `restore` rebuilds the same set from it."""
         d = self.device
         x_start = vec3d_array(x_start, "x_start", fn="CandidateSearch", n=self.n, device=d, same_device=True)
         x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n, device=d, same_device=True)
+        # boxes, trees and candidates change together: a build cut short (an interrupt) leaves no set to reuse
+        self.built, self.built_from = False, None
         self._flag.zero_()
         wp.launch(_particle_boxes, dim=self.n, inputs=[x_start, x_end, wp.float64(self.skin)], outputs=[self.lo, self.hi, self._flag], device=d)
         bad = int(self._flag.numpy()[0])
@@ -340,9 +343,15 @@ class CandidateSearch:
             self.stats["regrows"] += 1
         self.contacts.count = count
         self.contacts.version += 1
+        self.built_from = (wp.clone(x_start), None if x_end is x_start else wp.clone(x_end))
         self.built = True
         self.stats["builds"] += 1
         return self.contacts
+
+    def restore(self, built_from) -> None:
+        "Rebuild the set a former `built_from` describes (None: no set, the next `update` builds one)."
+        if built_from is None: self.built, self.built_from = False, None
+        else: self.build(*built_from)
 
     def _query(self) -> int:
         "Run the query kernels into the current buffers; returns the true number of candidates."

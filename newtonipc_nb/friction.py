@@ -116,6 +116,7 @@ class FrictionTerm(ElementEnergyTerm):
         Sliding is measured from `reference` (default `x0`): the positions before prescribed particles moved."""
         cs = self.search.contacts if contacts is None else contacts
         m = int(cs.count) if self._any_mu else 0
+        self.count = 0              # no friction until the lag is complete: a lag cut short (an interrupt) adds none
         self.eps = dt * self.sliding_speed
         self.x0 = wp.clone(x0 if reference is None else reference)
         d = self.device
@@ -124,10 +125,10 @@ class FrictionTerm(ElementEnergyTerm):
             wp.launch(_lag_kernel, dim=m, inputs=[x0, cs.pairs, cs.kind, cs.offset, wp.float64(self.mu), self.particle_mu, wp.float64(self.dhat),
                                                   wp.float64(self.kappa), w, n, load], device=d)
         keep = np.flatnonzero(load.numpy() > 0) if m else np.zeros(0, np.int64)       # once per step: host compaction is cheap
-        self.count = len(keep)
         self.pairs = wp.array(cs.pairs.numpy()[keep], dtype=wp.vec4i, device=d)
         self.w, self.n = wp.array(w.numpy()[keep], dtype=wp.vec4d, device=d), wp.array(n.numpy()[keep], dtype=wp.vec3d, device=d)
-        self.load, self._e = wp.array(load.numpy()[keep], dtype=wp.float64, device=d), wp.zeros(self.count, dtype=wp.float64, device=d)
+        self.load, self._e = wp.array(load.numpy()[keep], dtype=wp.float64, device=d), wp.zeros(len(keep), dtype=wp.float64, device=d)
+        self.count = len(keep)
 
     def active(self) -> int:
         "Number of candidates carrying a friction load this step."

@@ -125,6 +125,7 @@ class NewtonSystem:
         self._bad = wp.zeros(1, dtype=wp.int32, device=d)
         self.version = 0                    # bumped whenever the pattern changes: linear solvers re-analyse
         self._keys = np.zeros(0, np.int64)
+        self._stale = False
         self._fresh_nnz = n
         self._set_pattern(np.arange(n, dtype=np.int64) * (n + 1))
 
@@ -132,16 +133,30 @@ class NewtonSystem:
     def nnz(self) -> int: return self._keys.size
 
     def _set_pattern(self, keys: np.ndarray):
-        "Make the pattern the sorted unique block keys r·n + c (the diagonal always included)."
+        """Make the pattern the sorted unique block keys r·n + c (the diagonal always included). `_keys` is the truth;
+        H, `block_rows` and `diag` follow it, and while they may not (`_stale`), the next `assemble` rebuilds them."""
         n, d = self.n, self.device
         keys = np.union1d(keys, np.arange(n, dtype=np.int64) * (n + 1))
         r, c = (keys // n).astype(np.int32), (keys % n).astype(np.int32)
+        self._stale = True
         self._keys = keys
         wps.bsr_set_from_triplets(self.H, wp.array(r, dtype=wp.int32, device=d), wp.array(c, dtype=wp.int32, device=d),
                                   wp.zeros(len(keys), dtype=wp.mat33d, device=d), prune_numerical_zeros=False)
         self.block_rows = wp.array(r, dtype=wp.int32, device=d)
-        self.diag = wp.array(np.searchsorted(keys, np.arange(n, dtype=np.int64) * (n + 1)).astype(np.int32), dtype=wp.int32, device=d)
+        diag = np.searchsorted(keys, np.arange(n, dtype=np.int64) * (n + 1)).astype(np.int32)
+        self.diag = wp.array(diag, dtype=wp.int32, device=d)
         self.version += 1
+        self._stale = False
+
+    def pattern_state(self) -> tuple:
+        "What `restore_pattern` needs to put the pattern back: the keys (never changed in place) and the shrink reference."
+        return self._keys, self._fresh_nnz
+
+    def restore_pattern(self, state: tuple):
+        "Put back the pattern of `pattern_state()` (linear solvers re-analyse it: the version moves on)."
+        keys, fresh = state
+        self._fresh_nnz = fresh
+        self._set_pattern(keys)
 
     def _triplet_keys(self, blocks: HessianBlocks, count: int) -> np.ndarray:
         r, c = blocks.rows.numpy()[:count].astype(np.int64), blocks.cols.numpy()[:count].astype(np.int64)
@@ -156,6 +171,7 @@ class NewtonSystem:
         the pattern grows it to the union with these triplets' blocks, or, once that union is 1.5× the size of the last
         pattern built from triplets alone, shrinks it to these triplets' blocks; returns whether the pattern changed."""
         if self._hint.shape[0] < count: self._hint = wp.full(len(blocks), -1, dtype=wp.int32, device=self.device)
+        if self._stale: self._set_pattern(self._keys)       # a pattern change was cut short (an interrupt)
         for attempt in range(2):
             self.H.values.zero_(); self._missed.zero_()
             if count:
@@ -236,10 +252,15 @@ class LinearSolver:
         self._version = None
 
     def prepare(self, system: NewtonSystem) -> None:
-        "Analyse the pattern if it changed since the last call, then factorise the current values."
+        "Analyse the pattern if it changed since the last call (or an analysis was cut short), then factorise the current values."
         if system.version != self._version:
+            self._version = None            # set again only once the analysis is complete
             self.analyse(system); self._version = system.version; self.stats["analyses"] += 1
         self.factorise(system); self.stats["factorisations"] += 1
+
+    def invalidate(self) -> None:
+        "Forget the analysis: the next `prepare` analyses the pattern again."
+        self._version = None
 
     def analyse(self, system: NewtonSystem) -> None: pass
     def factorise(self, system: NewtonSystem) -> None: raise NotImplementedError
@@ -260,6 +281,7 @@ class PardisoSolver(LinearSolver):
         if threads is not None and not (isinstance(threads, int) and threads >= 1): raise ValueError(f"PardisoSolver: threads must be an integer ≥ 1, got {threads!r}")
         import pypardiso
         self._pypardiso, self.threads, self._ps = pypardiso, threads, None
+        self._n = 0                         # the size of the analysed pattern; 0: nothing held by PARDISO to release
 
     def analyse(self, system):
         if str(system.device) != "cpu": raise LinearSolveError("pardiso runs on the CPU only; use 'cholespy' or 'pcg' on CUDA")
@@ -268,12 +290,14 @@ class PardisoSolver(LinearSolver):
             # pypardiso searches the whole environment for MKL (~0.3 s) unless told where it is: tell the next solvers
             os.environ.setdefault("PYPARDISO_MKL_RT", self._ps.libmkl._name)
             self._ps.set_iparm(12, 0)
-        else:
+        elif self._n:
             self._run(-1)                                   # release the old pattern's factors
+            self._n = 0
+        # every array of the pattern first, its size last: an analysis cut short leaves `_n` = 0 or a consistent set
         self.csr = ScalarCSR(system, upper=True)
-        self._n = 3 * system.n
         self._ia, self._ja = self.csr.indptr + 1, self.csr.indices + 1          # PARDISO counts from 1
-        self._b, self._x = np.zeros(self._n), np.zeros(self._n)
+        self._b, self._x = np.zeros(3 * system.n), np.zeros(3 * system.n)
+        self._n = 3 * system.n
         self._run(11)
 
     def _run(self, phase: int, b: np.ndarray | None = None) -> np.ndarray:

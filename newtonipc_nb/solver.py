@@ -32,7 +32,7 @@ from .linear import LinearSolveError, NewtonSystem, make_linear_solver
 from .rest_contacts import check_rest_contacts
 
 # %% auto #0
-__all__ = ['TIME_KEYS', 'SolverError', 'StepFailure', 'StepStats', 'IterationInfo', 'SolverIPC']
+__all__ = ['MIN_DT', 'TIME_KEYS', 'SolverError', 'StepFailure', 'StepStats', 'IterationInfo', 'SolverIPC']
 
 # %% ../nbs/10_solver.ipynb #ac896858
 class SolverError(RuntimeError):
@@ -40,6 +40,8 @@ class SolverError(RuntimeError):
 
 class StepFailure(Exception):
     "A step attempt whose result must be discarded (the caller subdivides)."
+
+MIN_DT = 1e-12    # s: the smallest dt `step` accepts, far below any useful step; halved 30 times, m/dt² is still finite
 
 TIME_KEYS = ("candidates", "assembly", "factorisation", "solve", "ccd", "line_search")
 
@@ -187,6 +189,7 @@ class SolverIPC(newton.solvers.SolverBase):
         self.last_stats: StepStats | None = None
         self._last_out = None
         self._x_ref = wp.zeros(n, dtype=wp.vec3d, device=d)
+        self._kept, self._open = self._keep(), False
 
     @property
     def terms(self) -> list[EnergyTerm]:
@@ -469,6 +472,21 @@ def _advance(self: SolverIPC, xs, xe, v0, f, dt, level, st: StepStats):
         return self._advance(x, xe, v, f, dt / 2, level + 1, st)
 
 @patch
+def _keep(self: SolverIPC) -> tuple:
+    "References to what a finished step leaves for the next one (no copies: none of it is changed in place)."
+    return self.system.pattern_state(), self.search.built_from
+
+@patch
+def _rollback(self: SolverIPC):
+    "Put every structure kept between steps back as the last finished step left it, and drop what is rebuilt anyway."
+    pattern, built_from = self._kept
+    self.system.restore_pattern(pattern)
+    self.linear.invalidate()
+    self.search.restore(built_from)
+    self.friction.clear()
+    self._near = None
+
+@patch
 def _check_state(self: SolverIPC, state, name: str):
     "`state` must hold wp.vec3 particle_q and particle_qd arrays of this model's particle count on the solver's device."
     n = self.ipc.particle_count
@@ -556,11 +574,16 @@ def step(self: SolverIPC, state_in, state_out, control, contacts, dt: float):
     self._refuse_capture()
     if isinstance(dt, bool) or not isinstance(dt, numbers.Real) or not (math.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be a finite number > 0, got {dt!r}")
+    if dt < MIN_DT:
+        raise ValueError(f"dt = {dt!r} s is below {MIN_DT:g} s: the inertia stiffness m/dt² and the velocity (x − x₀)/dt lose "
+                         f"their meaning there; give a step ≥ {MIN_DT:g} s (the bag scene takes 1/240 s)")
     self._check_state(state_out, "state_out")
     x_in, v_in, f_in = self._read_state(state_in)
     xs, xe, swept = self._start(x_in, state_in)
     # a start that is this solver's last output is known to be free of intersections: skip the exact test
     if not swept: self._check_start(xs)
+    if self._open: self._rollback()     # the last step did not finish: put back what it left half-changed
+    self._open = True
     if len(self.obstacles.plane):              # planes translate: their normals hold over the whole step
         o, a, b = (xe[self.obstacles.plane[:, k]] for k in range(3))
         nrm = np.cross(a - o, b - o)
@@ -578,3 +601,5 @@ def step(self: SolverIPC, state_in, state_out, control, contacts, dt: float):
         if a is not None and b is not None and a is not b and a.shape == b.shape: wp.copy(b, a)
     self._last_out = x
     if self.obstacles.count and (self.obstacles.shape_body >= 0).any(): self._body_q = state_in.body_q.numpy().astype(np.float64)
+    self._kept = self._keep()
+    self._open = False

@@ -5,14 +5,16 @@
 # %% ../nbs/00a_viewer.ipynb #e9b04faf
 from __future__ import annotations
 
+import uuid
+
 import ipywidgets as widgets
 import numpy as np
 import pythreejs as p3
 
 # %% auto #0
 __all__ = ['VIEW_DIRECTION', 'FOV', 'mesh_objects', 'sphere_object', 'look_at_quaternion', 'framing_distance', 'framed_renderer',
-           'mesh_view', 'kept_frames', 'morph_weight_tracks', 'trajectory_view', 'grid_mesh', 'waving_sheet',
-           'close_widgets']
+           'mesh_view', 'kept_frames', 'morph_weight_tracks', 'follow_boxes', 'posed_points', 'trajectory_view',
+           'grid_mesh', 'waving_sheet', 'close_widgets', 'shape_mesh']
 
 # %% ../nbs/00a_viewer.ipynb #05f09a9c
 def mesh_objects(vertices, faces, color, opacity=1.0, wireframe=True, morph=None, name=""):
@@ -39,6 +41,7 @@ def _points_object(points, color, pixels: float = 9.0):
     return p3.Points(geometry=geom, material=p3.PointsMaterial(color=color, size=pixels, sizeAttenuation=False))
 
 def sphere_object(center, r, name=""):
+    "A sphere of radius `r` at `center`, as a shaded three.js mesh named `name` (a trajectory's tracks move it by name)."
     return p3.Mesh(geometry=p3.SphereGeometry(radius=float(r), widthSegments=24, heightSegments=16), name=name,
                    material=p3.MeshStandardMaterial(color="#fd8d3c", roughness=0.6), position=tuple(float(v) for v in center))
 
@@ -141,12 +144,62 @@ def morph_weight_tracks(times: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]
     return out
 
 # %% ../nbs/00a_viewer.ipynb #db1a8052
-def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), fps: float = 10.0,
-                    max_frames: int = 60, frame: int = -1, color="#9ecae1", width=640, height=480):
-    "A widget that plays a film trajectory `frames` (T, N, 3) with sphere centres `spheres` (T, S, 3): in the browser (clip buttons) and, with a kernel, by a frame slider."
+def follow_boxes(frames, times, window: float):
+    "For each frame of `frames` (K, N, 3) at `times`, the bounding box (lo, hi) of the frames within ±`window`/2 of it."
+    lo, hi = frames.min(1), frames.max(1)
+    near = (np.abs(times[:, None] - times[None]) <= window / 2)[..., None]
+    return np.where(near, lo[None], np.inf).min(1), np.where(near, hi[None], -np.inf).max(1)
+
+def _check_playback(times, T, speed, follow):
+    "The frames' times as an array, with errors that name what is wrong."
+    times = np.asarray(times, dtype=np.float64)
+    if times.shape != (T,) or not np.isfinite(times).all() or (np.diff(times) <= 0).any():
+        raise ValueError(f"times must be {T} finite, increasing simulated times in seconds (one per frame)")
+    if not speed > 0: raise ValueError(f"speed must be positive, got {speed}")
+    if follow is not None and not follow >= 0: raise ValueError(f"follow must be None or a window >= 0 s, got {follow}")
+    return times
+
+
+# %% ../nbs/00a_viewer.ipynb #b0d1e5a7
+def posed_points(vertices, pose) -> np.ndarray:
+    "Points `vertices` (n, 3) moved by `pose` = (position, quaternion x y z w): R(q)·v + p."
+    x, y, z, w = np.asarray(pose[3:], np.float64) / np.linalg.norm(pose[3:])
+    u, v = np.array([x, y, z]), np.asarray(vertices, np.float64)
+    return v + 2 * np.cross(u, np.cross(u, v) + w * v) + np.asarray(pose[:3], np.float64)
+
+def _place(obj, pose):
+    "Put a pythreejs object at `pose` (position, quaternion x y z w)."
+    obj.position = tuple(float(v) for v in pose[:3])
+    obj.quaternion = tuple(float(v) for v in pose[3:])
+
+def _check_poses(poses, T: int, b: int) -> np.ndarray:
+    poses = np.array(poses, dtype=np.float64)
+    if poses.shape != (T, 7) or not np.isfinite(poses).all():
+        raise ValueError(f"bodies[{b}] poses must be finite with shape ({T}, 7) like frames, got {poses.shape}")
+    return poses
+
+def _body_mover(b: int, vertices, faces, poses, first: int):
+    "A group drawing rigid body `b`'s triangles, placed at its pose of frame `first`; returns (group, poses)."
+    mover = p3.Group(children=mesh_objects(vertices, faces, "#bbbbbb", opacity=0.5, wireframe=False), name=f"body{b}")
+    _place(mover, poses[first])
+    return mover, poses
+
+# %% ../nbs/00a_viewer.ipynb #14f7f4d2
+def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: float = 1.0, spheres=None, radii=None,
+                    obstacles=(), bodies=(), follow: float | None = 0.2, max_frames: int = 60, frame: int = -1, color="#9ecae1",
+                    width=640, height=480):
+    """A widget that plays a film trajectory `frames` (T, N, 3), with sphere centres `spheres` (T, S, 3), in the browser.
+
+    `times` are the frames' simulated times in seconds (default: frame k at k / `fps`); the clip plays them at `speed`
+    times real time. The camera follows the film: each kept frame is framed by the film's box over a window of `follow`
+    seconds around it (`None`: the whole run's box, an overview). `bodies` are rigid triangle meshes
+    `(vertices, faces, poses)` moved by their poses (T, 7), one per frame. With a kernel, a frame slider scrubs the run."""
     frames, faces, spheres, radii = _check_trajectory(frames, faces, spheres, radii, fps, max_frames)
     T = frames.shape[0]
-    keep = kept_frames(T, int(max_frames)); K = len(keep); times = keep / float(fps)
+    times = _check_playback(np.arange(T) / float(fps) if times is None else times, T, speed, follow)
+    keep = kept_frames(T, int(max_frames))
+    K, kt = len(keep), times[keep]
+    kt32 = kt.astype(np.float32)
     nearest = lambda f: int(np.argmin(abs(keep - int(f) % T)))  # the kept frame closest to trajectory frame f
     start = nearest(frame)
     # The base positions are the shown frame too: three.js draws x_base + Σ w_k (x_k − x_base), so the film shows frame
@@ -156,51 +209,64 @@ def trajectory_view(frames, faces, *, spheres=None, radii=None, obstacles=(), fp
     for m in film: m.morphTargetInfluences = onehot(start)
     children, pts = list(film), [frames.reshape(-1, 3)]
     for ov, of in obstacles:
-        children += mesh_objects(ov, of, "#bbbbbb", opacity=0.35, wireframe=False); pts.append(np.asarray(ov))
-    balls = []
-    if spheres is not None:
-        for s, r in enumerate(radii):
-            balls.append(sphere_object(spheres[keep[start], s], r, name=f"sphere{s}"))
-            pts += [spheres[:, s] + r, spheres[:, s] - r]
-    children += balls
-    tracks = []
-    for name in [m.name for m in film]:
-        for k, (t, w) in enumerate(morph_weight_tracks(times)):
-            tracks.append(p3.NumberKeyframeTrack(name=f"{name}.morphTargetInfluences[{k}]",
-                                                 times=t.astype(np.float32), values=w.astype(np.float32)))
-    for s, ball in enumerate(balls):
-        tracks.append(p3.VectorKeyframeTrack(name=f"{ball.name}.position", times=times.astype(np.float32),
-                                             values=spheres[keep, s].astype(np.float32).ravel()))
-    renderer = framed_renderer(children, pts, width, height)
-    root = renderer.scene
-    clip = p3.AnimationClip(name="trajectory", tracks=tracks, duration=float(times[-1]) if K > 1 else 0.0)
-    action = p3.AnimationAction(p3.AnimationMixer(root), clip, root, _dom_classes=("trajectory-play",))
-    # the slider counts trajectory frames (0 … T−1) and snaps to the kept ones; the ▶ widget steps through the kept ones
-    slider = widgets.IntSlider(value=int(keep[start]), min=0, max=T - 1, description="frame", continuous_update=True,
-                               layout=widgets.Layout(width="40%"))
-    play = widgets.Play(value=start, min=0, max=K - 1, interval=max(int(1000 / fps * (keep[-1] / max(K - 1, 1))), 1),
-                        description="play (kernel)")
-    at = widgets.HTML(_frame_label(int(keep[start]), T, fps))
-    clip_info = widgets.HTML(f"a clip of {K} of the {T} frames, {times[-1]:.3g} s at {fps:g} fps")
+        children += mesh_objects(ov, of, "#bbbbbb", opacity=0.35, wireframe=False)
+        pts.append(np.asarray(ov))
+    movers = [_body_mover(b, bv, bf, _check_poses(poses, T, b), keep[start]) for b, (bv, bf, poses) in enumerate(bodies)]
+    pts += [posed_points(bv, poses[k]) for (bv, _, _), (_, poses) in zip(bodies, movers) for k in keep]
+    balls = [sphere_object(spheres[keep[start], s], r, name=f"sphere{s}") for s, r in enumerate(radii if spheres is not None else [])]
+    pts += [spheres.reshape(-1, 3) + r for r in (radii.max(), -radii.max())] if balls else []
+    tracks = [p3.NumberKeyframeTrack(name=f"{m.name}.morphTargetInfluences[{k}]", times=t.astype(np.float32), values=w.astype(np.float32))
+              for m in film for k, (t, w) in enumerate(morph_weight_tracks(kt))]
+    tracks += [p3.VectorKeyframeTrack(name=f"{b.name}.position", times=kt32, values=spheres[keep, s].astype(np.float32).ravel())
+               for s, b in enumerate(balls)]
+    for mover, poses in movers:
+        tracks += [p3.VectorKeyframeTrack(name=f"{mover.name}.position", times=kt32, values=poses[keep, :3].astype(np.float32).ravel()),
+                   p3.QuaternionKeyframeTrack(name=f"{mover.name}.quaternion", times=kt32,
+                                              values=poses[keep, 3:].astype(np.float32).ravel())]
+    if follow is not None:  # the content is scaled and moved so that the film's box at each frame fills the canvas
+        lo, hi = follow_boxes(frames[keep], kt, follow)
+        need = np.array([framing_distance(a, b, width / height) for a, b in zip(lo, hi)])
+        scale, pts = need[start] / need, [lo[start], hi[start]]
+        place = -scale[:, None] * 0.5 * (lo + hi)
+        tracks += [p3.VectorKeyframeTrack(name="content.position", times=kt32, values=place.astype(np.float32).ravel()),
+                   p3.VectorKeyframeTrack(name="content.scale", times=kt32, values=np.repeat(scale, 3).astype(np.float32))]
+    renderer = framed_renderer(children + balls + [m for m, _ in movers], pts, width, height)
+    uid = uuid.uuid4().hex[:12]  # names the clip after the box, so a page's script can tell which clip a box plays
+    clip = p3.AnimationClip(name=f"trajectory {uid}", tracks=tracks, duration=float(kt[-1]))
+    action = p3.AnimationAction(p3.AnimationMixer(renderer.scene), clip, renderer.scene, paused=True, timeScale=speed,
+                                _dom_classes=("trajectory-play",))
+    slider = widgets.IntSlider(value=int(keep[start]), min=0, max=T - 1, description="frame", layout=widgets.Layout(width="40%"))
+    step = (kt[-1] - kt[0]) / max(K - 1, 1) / speed
+    play = widgets.Play(value=start, min=0, max=K - 1, interval=max(int(1000 * step), 1), description="play (kernel)")
+    at = widgets.HTML(_frame_label(int(keep[start]), T, times))
+    span = widgets.HTML(f"{kt[0]:.2f}–{kt[-1]:.2f} s simulated ({K} of {T} frames), played at {speed:g}× real time")
 
     def show(k):
         for m in film: m.morphTargetInfluences = onehot(k)
         for s, ball in enumerate(balls): ball.position = tuple(float(v) for v in spheres[keep[k], s])
-        at.value = _frame_label(int(keep[k]), T, fps)
+        for mover, poses in movers: _place(mover, poses[keep[k]])
+        if follow is not None:
+            content = renderer.scene.children[0]
+            content.position, content.scale = tuple(map(float, place[k])), (float(scale[k]),) * 3
+        at.value = _frame_label(int(keep[k]), T, times)
         box.shown = k
     def on_slider(change):
         k = nearest(change["new"])
-        if int(keep[k]) != slider.value: slider.value = int(keep[k]); return  # snapped: the observer runs again
-        show(k); play.value = k
+        if int(keep[k]) != slider.value:  # snapped: the observer runs again
+            slider.value = int(keep[k])
+            return
+        show(k)
+        play.value = k
     slider.observe(on_slider, names="value")
     play.observe(lambda change: setattr(slider, "value", int(keep[change["new"]])), names="value")
-    box = widgets.VBox([renderer, widgets.HBox([widgets.HTML("in the browser:"), action, clip_info]),
-                        widgets.HBox([widgets.HTML("with a kernel:"), play, slider, at])])
+    kernel = widgets.HBox([widgets.HTML("with a kernel:"), play, slider, at], _dom_classes=("needs-kernel",))
+    box = widgets.VBox([renderer, widgets.HBox([action, span]), kernel], _dom_classes=("trajectory-view", f"traj-{uid}"))
     box.renderer, box.action, box.slider, box.play, box.kept, box.shown = renderer, action, slider, play, keep, start
     return box
 
-def _frame_label(f: int, T: int, fps: float) -> str:
-    return f"frame {f} of 0–{T - 1}, t = {f / fps:.3g} s"
+def _frame_label(f: int, T: int, times) -> str:
+    return f"frame {f} of 0–{T - 1}, t = {times[f]:.3f} s"
+
 
 # %% ../nbs/00a_viewer.ipynb #ed06077d
 def grid_mesh(nx: int, ny: int, size: float = 1.0):
@@ -234,3 +300,38 @@ def close_widgets(w) -> int:
         stack.extend(getattr(o, k, None) for k in o.keys if k not in ("_model_id", "comm"))
         o.close()
     return len(seen)
+
+# %% ../nbs/00a_viewer.ipynb #287de135
+def _sphere_grid(r: float, segments: int, z0: float = 0.0, z1: float = 0.0):
+    "A UV sphere of radius r whose upper half is lifted by z1 and lower half by z0 (a capsule when z0 = −h, z1 = h)."
+    th = np.linspace(0, np.pi, segments // 2 + 1)[:, None]
+    ph = np.linspace(0, 2 * np.pi, segments, endpoint=False)[None]
+    z = r * np.cos(th) + np.where(np.cos(th) >= 0, z1, z0)
+    V = np.stack([r * np.sin(th) * np.cos(ph), r * np.sin(th) * np.sin(ph),
+                  np.broadcast_to(z, (len(th), segments))], -1)
+    V = V.reshape(-1, 3); F = []
+    for i in range(len(th) - 1):
+        for j in range(segments):
+            a, b = i * segments + j, i * segments + (j + 1) % segments
+            F += [[a, a + segments, b], [b, a + segments, b + segments]]
+    return V, np.array(F, np.int32)
+
+def shape_mesh(kind: str, scale=(1.0, 1.0, 1.0), *, mesh=None, segments: int = 24, plane_size: float = 10.0,
+               center=(0.0, 0.0)):
+    "Triangles of a collision shape in its own frame: 'plane', 'box', 'sphere', 'capsule' (axis z) or 'mesh'."
+    sx, sy, sz = (float(v) for v in scale)
+    if kind == "plane":
+        h, (cx, cy) = plane_size / 2, center
+        V = np.array([[cx - h, cy - h, 0], [cx + h, cy - h, 0], [cx + h, cy + h, 0], [cx - h, cy + h, 0]], float)
+        return V, np.array([[0, 1, 2], [0, 2, 3]], np.int32)
+    if kind == "box":
+        V = np.array([[x, y, z] for x in (-sx, sx) for y in (-sy, sy) for z in (-sz, sz)], float)
+        F = [[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
+             [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]]
+        return V, np.array(F, np.int32)
+    if kind == "sphere": return _sphere_grid(sx, segments)
+    if kind == "capsule": return _sphere_grid(sx, segments, -sy, sy)
+    if kind == "mesh":
+        if mesh is None: raise ValueError("shape_mesh: kind 'mesh' needs mesh=(vertices, triangles)")
+        return np.asarray(mesh[0], float) * (sx, sy, sz), np.asarray(mesh[1], np.int32).reshape(-1, 3)
+    raise ValueError(f"shape_mesh: kind must be plane, box, sphere, capsule or mesh, got {kind!r}")

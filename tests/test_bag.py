@@ -290,7 +290,6 @@ def test_save_every_writes_during_the_run(tmp_path):
 # --- the bag at any resolution: the same choreography on finer meshes -------------------------------------------------
 from newtonipc_nb.scenes.choreography import (GROUP_STIFFNESS, Choreographer, ScenarioCheckFailed, columns_up,
                                               group_particles, group_stiffness, tie_pairs)
-from newtonipc_nb.scenes.bag_measure import film_gaps
 from newtonipc_nb.scenes.bag_run import read_trajectory
 from newtonipc_nb.scenes.bag_scene import bag_grid
 
@@ -341,22 +340,6 @@ def test_columns_up_for_any_column_count(k):
     ch = Choreographer([(0.0, 0.0, "check", "film", dict(check="columns_up"), "")], resolution=k)
     with pytest.raises(ScenarioCheckFailed, match=f"1 of {columns} columns do not point upward \\(columns \\[1\\]\\)"):
         ch.controls(0.0, x)
-
-
-def test_film_gaps_is_the_brute_force_minimum():
-    from newtonipc_nb.distances import edge_edge_distance, vertex_face_distance
-    from newtonipc_nb.scenes.test_scenes import folded_bag
-    v, f = bag_mesh()
-    x = folded_bag(v)
-    vi, fi = np.meshgrid(np.arange(len(x)), np.arange(len(f)), indexing="ij")
-    keep = ~(f[fi] == vi[..., None]).any(-1)
-    d_vt = vertex_face_distance(np.concatenate([x[vi[keep]][:, None], x[f[fi[keep]]]], axis=1))[0].min()
-    e = np.unique(np.sort(np.concatenate([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]]), axis=1), axis=0)
-    i, j = np.triu_indices(len(e), 1)
-    keep = ~((e[i][:, :, None] == e[j][:, None, :]).any((1, 2)))
-    d_ee = edge_edge_distance(np.concatenate([x[e[i[keep]]], x[e[j[keep]]]], axis=1))[0].min()
-    assert film_gaps(x, f) == min(d_vt, d_ee)
-    assert film_gaps(v, f) == pytest.approx(0.003384, abs=1e-6)            # the rest bag: nothing near, the cutoff grows
 
 
 def test_bag_smoke_two_steps_at_resolution_2(tmp_path):

@@ -215,15 +215,6 @@ def test_sample_queries_subset_no_false_negatives():
     assert rep.collisions.sum() > 50
 
 
-def test_query_reader_format(tmp_path):
-    f = next(QUERIES.glob("*/vertex-face/*.csv"))
-    b = ccd.read_query_file(f, limit=3)
-    assert b.x0.shape == (3, 4, 3) and b.x1.shape == (3, 4, 3) and b.truth.shape == (3,)
-    bad = tmp_path / "bad.csv"; bad.write_text("1,2,3,4,5,6,0\n" * 7)
-    with pytest.raises(ValueError, match="multiple of 8"): ccd.read_query_file(bad)
-    with pytest.raises(FileNotFoundError): ccd.load_ccd_queries(tmp_path / "missing")
-
-
 @pytest.mark.slow
 def test_sample_queries_full_no_false_negatives_beside_ipctk():
     rep = ccd.ccd_query_report(ccd.load_ccd_queries(QUERIES), with_ipctk=True)
@@ -234,39 +225,6 @@ def test_sample_queries_full_no_false_negatives_beside_ipctk():
 
 
 # ---------------------------------------------------------------- triangle–triangle and count_intersections
-
-def test_tri_tri_hand_cases():
-    P = np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]])
-    cases = [([[0.2, 0.2, -0.5], [0.3, 0.3, 0.5], [0.9, -0.5, 0.2]], True),     # crossing
-             ([[0.25, 0.25, 0.0], [0.3, 0.3, 1.0], [0.9, 0.2, 1.0]], True),     # a vertex touching the face
-             ([[1.0, 0.0, 0.0], [2, 0, 1], [2, 1, 0]], True),                 # touching at a corner
-             ([[0.5, 0.5, -1.0], [0.5, 0.5, 1.0], [3, 3, 0]], True),           # an edge through P's hypotenuse
-             ([[0.1, 0.1, 0.0], [2, 0.1, 0], [0.1, 2, 0]], True),              # coplanar overlap
-             ([[0.1, 0.1, 0.0], [0.2, 0.1, 0], [0.1, 0.2, 0]], True),          # coplanar, inside
-             ([[0.6, 0.6, 0.0], [2, 0.6, 0], [0.6, 2, 0]], False),             # coplanar, apart
-             ([[0.25, 0.25, 1e-300], [0.3, 0.3, 1.0], [0.9, 0.2, 1.0]], False), # a hair above
-             ([[0.0, 0.0, 0.0], [1, 1, 0], [2, 2, 0]], False)]                 # zero area: skipped
-    Q = np.array([c for c, _ in cases]); want = [w for _, w in cases]
-    assert ccd.tri_tri_intersect(np.repeat(P[None], len(Q), 0), Q).tolist() == want
-    assert [ccd.tri_tri_intersect_exact(P, q) for q in Q] == want
-
-
-def test_tri_tri_filter_agrees_with_exact_on_degenerate_families():
-    rng = np.random.default_rng(7)
-    n = 600
-    # random rotations of coplanar, touching and nearly touching pairs: these exercise the undecided path
-    R = np.linalg.qr(rng.standard_normal((n, 3, 3)))[0]
-    P = rng.uniform(-1, 1, (n, 3, 3)); P[..., 2] = 0
-    Q = rng.uniform(-1, 1, (n, 3, 3)); Q[..., 2] = 0
-    Q[n // 3: 2 * n // 3, 0] = P[n // 3: 2 * n // 3, :2].mean(1)             # a vertex on P's plane inside P …
-    Q[n // 3: 2 * n // 3, 1:, 2] = rng.uniform(0.1, 1, (n // 3, 2))          # … the rest above it
-    Q[2 * n // 3:, :, 2] = 1e-12 * rng.uniform(0.5, 1, (n - 2 * n // 3, 3))  # a hair above the plane
-    P, Q = P @ R.transpose(0, 2, 1), Q @ R.transpose(0, 2, 1)
-    got = ccd.tri_tri_intersect(P, Q)
-    want = np.array([ccd.tri_tri_intersect_exact(p, q) for p, q in zip(P, Q)])
-    np.testing.assert_array_equal(got, want)
-    assert 0 < want.sum() < n
-
 
 def test_count_intersections_rest_bag_and_validation():
     V, F = bag_mesh()

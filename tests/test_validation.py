@@ -74,7 +74,11 @@ def test_a_failing_check_fails_the_runner(monkeypatch, capsys):
 def test_console_script_exists():
     import configparser, pathlib
     cfg = configparser.ConfigParser(); cfg.read(pathlib.Path(__file__).parents[1] / "settings.ini")
-    assert "newtonipc-validate=newtonipc_nb.verification.runner:main" in cfg["DEFAULT"]["console_scripts"].split()
+    scripts = cfg["DEFAULT"]["console_scripts"].split()
+    assert "newtonipc-validate=newtonipc_nb.scenes.launch:validate" in scripts      # the runner's main, behind the start-up guard
+    import inspect
+    from newtonipc_nb.scenes import launch
+    assert '"newtonipc_nb.verification.runner:main"' in inspect.getsource(launch.validate)
 
 
 @pytest.mark.slow

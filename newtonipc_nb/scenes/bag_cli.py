@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shlex
 import signal
 import sys
-import tempfile
 import threading
 import traceback
 from contextlib import suppress
@@ -21,37 +19,25 @@ from pathlib import Path
 import warp as wp
 
 from .bag_scene import DT, check_resolution
-from .bag_run import BadInput, Terminated, TrajectoryWriteError, load_trajectory, read_trajectory, resume_frame, run_bag
+from .bag_run import (BadInput, Terminated, TrajectoryWriteError, check_device, check_writable, checked_number,
+                                         load_trajectory, output_lock, read_trajectory, resume_frame, run_bag, temporary_name)
 from .bag_measure import measure
 
 # %% auto #0
-__all__ = ['SCENE_END', 'EXIT_CODES', 'default_device', 'check_writable', 'write_text_atomic', 'number_type', 'resolution_type',
-           'parse_args', 'main']
+__all__ = ['SCENE_END', 'EXIT_CODES', 'default_device', 'write_text_atomic', 'number_type', 'resolution_type', 'parse_args',
+           'main']
 
 # %% ../../nbs/27_bag_scenario.ipynb #99cb910d
 SCENE_END = 10.5            # s, the length of the bag scene; its choreography's last action is at 9.40 s
 EXIT_CODES = {0: "the run completed; the measurement table is printed and written beside the trajectory",
               1: "the run failed (a solver error, a failed scenario check, a file that could not be written); what was computed is saved",
-              2: "bad input (an argument, --out, --resume); nothing was computed and no file was touched",
-              130: "Ctrl-C (SIGINT): what was computed is saved; continue it with --resume",
+              2: "bad input (an argument, --out, --resume, --device, an --out another run is writing); nothing was computed and no file was touched",
+              130: "Ctrl-C (SIGINT): what was computed is saved; continue it with --resume (during start-up: nothing was written)",
               143: "SIGTERM (kill, timeout, a job scheduler): what was computed is saved; continue it with --resume"}
 
 def default_device() -> str:
     "CUDA when a CUDA device is present, else the CPU."
     return "cuda" if wp.is_cuda_available() else "cpu"
-
-def check_writable(path, what: str = "--out") -> Path:
-    "`BadInput` naming `path` unless a file can be written there: its directory exists and takes a new file (probed), and `path` is not a directory or a device."
-    path = Path(path); parent = path.parent
-    if not parent.exists(): raise BadInput(f"{what} {path}: the directory {parent} does not exist")
-    if not parent.is_dir(): raise BadInput(f"{what} {path}: {parent} is not a directory")
-    if path.exists() and not path.is_file(): raise BadInput(f"{what} {path}: exists and is not a regular file")
-    try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".probe")
-        try: os.write(fd, b"\0" * 4096); os.fsync(fd)
-        finally: os.close(fd); os.unlink(probe)
-    except OSError as e: raise BadInput(f"{what} {path}: cannot write in {parent} ({e.strerror or e})") from e
-    return path
 
 def _same_file(a, b) -> bool:
     try: return os.path.samefile(a, b)
@@ -59,7 +45,7 @@ def _same_file(a, b) -> bool:
 
 def write_text_atomic(path: Path, text: str):
     "Write `text` atomically to `path`; `TrajectoryWriteError` naming it on failure, no temporary file left."
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temporary_name(path, ".tmp")
     try:
         tmp.write_text(text); os.replace(tmp, path)
     except OSError as e:
@@ -72,9 +58,8 @@ def number_type(kind, low, low_open: bool, what: str):
     def parse(s):
         try: x = kind(s)
         except ValueError: raise argparse.ArgumentTypeError(f"{s!r} is not {what}") from None
-        if not math.isfinite(x) or x < low or (low_open and x == low):
-            raise argparse.ArgumentTypeError(f"{s} is out of range: give {what} {'>' if low_open else '≥'} {low:g}")
-        return x
+        try: return checked_number(x, kind, low, low_open, what)          # run_bag's check: the same words
+        except ValueError as e: raise argparse.ArgumentTypeError(str(e)) from None
     return parse
 
 def resolution_type(s):
@@ -87,6 +72,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 def parse_args(argv=None) -> argparse.Namespace:
+    "The command line of `newtonipc-bag` (`argv`, default `sys.argv[1:]`), checked: a bad value exits with code 2 and one line."
     epilog = "exit codes:\n" + "\n".join(f"  {c:>3}  {w}" for c, w in EXIT_CODES.items())
     p = _Parser(prog="newtonipc-bag", description="Run the garbage-bag scene with the IPC solver.", epilog=epilog,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,13 +96,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 # %% ../../nbs/27_bag_scenario.ipynb #37d8f3e9
-def _check_inputs(args) -> Path:
-    "Everything `main` can check before the first step: `--out` writable and distinct from its table, a usable `--resume` file and frame."
+def _check_out(args) -> Path:
+    "`--out` writable and distinct from its table, and `--device` present: checked before the output is locked."
+    args.warp_device = check_device(args.device, "--device")
+    check_writable(args.out, "--out")
     out = Path(args.out); table = out.with_suffix(".json")
     if table == out:
         raise BadInput(f"--out {out}: the measurement table is written beside the trajectory as PATH.json, which would be {out} itself; give --out a .npz name")
-    check_writable(out, "--out")
     if table.exists() and not table.is_file(): raise BadInput(f"--out {out}: the table's path {table} exists and is not a regular file")
+    return out
+
+def _check_resume(args, out: Path):
+    "A usable `--resume` file and frame (read whole, every array checked), checked with `--out` locked: the file may be `--out`."
     if args.resume is not None:
         try:
             data = read_trajectory(args.resume, args.resolution)
@@ -129,7 +120,6 @@ def _check_inputs(args) -> Path:
         if _same_file(out, args.resume) and k < len(t) - 1:
             raise BadInput(f"--out {out} is the file resumed from: continuing it from t = {t[k]:.4f} s would drop its frames up to "
                            f"t = {t[-1]:.4f} s; give another --out (writing over it is allowed only from its last frame)")
-    return out
 
 def _raise_terminated(signum, frame):
     raise Terminated(signum)
@@ -140,17 +130,19 @@ def main(argv=None) -> int:
     say = lambda msg: print(f"newtonipc-bag: {msg}", file=sys.stderr, flush=True)
     in_main = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
-    out = None
     try:
-        out = _check_inputs(args)
-        return _run(args, out, say)
+        out = _check_out(args)
+        with output_lock(out, "--out"):         # one run per output file, from here to the end of the run
+            _check_resume(args, out)
+            return _run(args, out, say)
     except BadInput as e:
         say(str(e))
         if args.debug: traceback.print_exc()
         return 2
     except (KeyboardInterrupt, Terminated) as e:
-        say(f"{'stopped by SIGTERM' if isinstance(e, Terminated) else 'interrupted'} " +
-            (f"after the run; the trajectory is in {out}" if out is not None else "while checking the input; nothing was written"))
+        when = ("after the run; the trajectory is in " + str(args.out) if getattr(args, "ran", False)
+                else "before the run started; nothing was written")
+        say(f"{'stopped by SIGTERM' if isinstance(e, Terminated) else 'interrupted'} {when}")
         return 143 if isinstance(e, Terminated) else 130
     finally:
         if in_main: signal.signal(signal.SIGTERM, old)
@@ -158,7 +150,7 @@ def main(argv=None) -> int:
 # %% ../../nbs/27_bag_scenario.ipynb #514d34fd
 def _run(args, out: Path, say) -> int:
     wp.config.log_level = wp.LOG_WARNING
-    device = args.device or default_device()
+    device = args.warp_device or default_device()
     table = out.with_suffix(".json")
     print(f"newtonipc-bag: {args.until:.2f} s of the bag scene (mesh resolution {args.resolution}) on {device}, every {args.every} step(s) stored in {out}", flush=True)
     if args.until > SCENE_END + 1e-9:
@@ -176,10 +168,12 @@ def _run(args, out: Path, say) -> int:
     except KeyboardInterrupt: code = 130
     except Terminated: code = 143
     except Exception as e: code, error = 1, e
+    args.ran = True
     n, t_last, stopped = saved[-1] if saved else (0, 0.0, "")
     if isinstance(error, TrajectoryWriteError):
-        say(f"{error}; " + (f"{out} holds this run's last good write: {n} frames, up to t = {t_last:.4f} s" if saved else
-                            "this run wrote nothing there (a file already there is from before)"))
+        where = f"the run stopped at this first failed write, after t = {error.at:.4f} s; " if hasattr(error, "at") else ""
+        say(f"{error}; {where}" + (f"{out} holds this run's last good write: {n} frames, up to t = {t_last:.4f} s" if saved else
+                                   "this run wrote nothing there (a file already there is from before)"))
     elif error is not None:
         say(f"the run stopped with an error: {type(error).__name__}: {error}")
     if error is not None and args.debug: traceback.print_exception(error)

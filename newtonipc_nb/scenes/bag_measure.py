@@ -15,7 +15,8 @@ from .bag_run import Trajectory, trajectory_resolution
 from ..distances import edge_edge_distance, vertex_face_distance
 
 # %% auto #0
-__all__ = ['neck_width', 'flap_height', 'winding_number', 'inside_bag', 'film_gaps', 'sphere_film_gaps', 'measure', 'phase_table']
+__all__ = ['neck_width', 'flap_height', 'winding_number', 'inside_bag', 'film_gaps', 'sphere_film_gaps', 'measurement_row',
+           'measure', 'phase_table']
 
 # %% ../../nbs/26_bag_measurements.ipynb #52664fc3
 def _neck_and_hem(film: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -92,35 +93,54 @@ def sphere_film_gaps(spheres: np.ndarray, film: np.ndarray, faces: np.ndarray, r
     return d.reshape(len(s), len(faces)).min(1) - np.asarray(radii)
 
 # %% ../../nbs/26_bag_measurements.ipynb #8d480297
-def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame:
-    "The measurement table of a bag trajectory (a dict from `load_trajectory`, or a `Trajectory`)."
-    if isinstance(traj, Trajectory):
-        traj = dict(film=np.asarray(traj.film), spheres=np.asarray(traj.spheres), faces=traj.faces, time=np.asarray(traj.time),
-                    wall_time=traj.wall_time, resumed=traj.resumed, resolution=traj.resolution,
-                    **{f"step_{k}": v for k, v in pd.DataFrame(traj.steps).items()})
+def _as_dict(traj) -> dict:
+    if not isinstance(traj, Trajectory): return traj
+    return dict(film=np.asarray(traj.film), spheres=np.asarray(traj.spheres), faces=traj.faces, time=np.asarray(traj.time),
+                wall_time=traj.wall_time, resumed=traj.resumed, resolution=traj.resolution,
+                **{f"step_{k}": v for k, v in pd.DataFrame(traj.steps).items()})
+
+def measurement_row(traj, *, at: float | None = None, device=None) -> dict:
+    """The measurements of a bag trajectory (a dict from `load_trajectory`, or a `Trajectory`) as plain numbers, lengths in mm:
+    neck and flap at the frame nearest `at` (default the last), intersections over every stored frame, the rest at the end."""
+    traj = _as_dict(traj)
     film, sph, faces, t = traj["film"].astype(np.float64), traj["spheres"].astype(np.float64), traj["faces"], traj["time"]
     k = len(t) - 1 if at is None else int(np.argmin(np.abs(t - at)))
     hits = np.array([count_intersections(f, faces, device=device) for f in film])
     last = t >= t[-1] - 1.0
-    zr = np.ptp(sph[last][:, :, 2], axis=0)
     nx, ny = neck_width(film[k])
     inside = inside_bag(sph[-1], film[-1], faces)
-    res = trajectory_resolution(traj)
-    rows = [("mesh resolution (rings × columns, vertices)", f"{res} ({15 * res} × {32 * res}, {film.shape[1]:,} vertices)", ""),
-            ("time of the measured frame", f"{t[k]:.4f}", "s"),
-            ("neck width x × y", f"{1e3 * nx:.2f} × {1e3 * ny:.2f}", "mm"),
-            ("flap height", f"{1e3 * flap_height(film[k]):.2f}", "mm"),
-            ("self-intersection frames / all frames", f"{int((hits > 0).sum())} / {len(hits)}", ""),
-            ("largest sphere-centre z range, last 1 s", f"{1e3 * zr.max():.3f}", "mm"),
-            ("min sphere–film gap, last frame", f"{1e3 * sphere_film_gaps(sph[-1], film[-1], faces, device=device).min():.4f}", "mm"),
-            ("min film–film distance, last frame", f"{1e3 * film_gaps(film[-1], faces, device=device):.4f}", "mm"),
-            ("sphere centres inside the bag, last frame", f"{int(inside.sum())} / {len(inside)}", "")]
-    if "step_min_gap" in traj and len(traj["step_min_gap"]):
-        rows.append(("min contact gap over all steps (solver)", f"{1e3 * np.min(traj['step_min_gap']):.4f}", "mm"))
+    row = dict(resolution=trajectory_resolution(traj), vertices=int(film.shape[1]), t=float(t[k]),
+               neck_x_mm=1e3 * nx, neck_y_mm=1e3 * ny, flap_height_mm=1e3 * flap_height(film[k]),
+               intersecting_frames=int((hits > 0).sum()), frames=len(hits),
+               z_range_mm=1e3 * float(np.ptp(sph[last][:, :, 2], axis=0).max()),
+               min_sphere_gap_mm=1e3 * float(sphere_film_gaps(sph[-1], film[-1], faces, device=device).min()),
+               min_film_gap_mm=1e3 * film_gaps(film[-1], faces, device=device),
+               spheres_inside=int(inside.sum()), spheres=len(inside))
+    if "step_min_gap" in traj and len(traj["step_min_gap"]): row["min_contact_gap_mm"] = 1e3 * float(np.min(traj["step_min_gap"]))
     if "step_newton_iterations" in traj and len(traj["step_newton_iterations"]):
-        rows.append(("Newton iterations, all steps", f"{int(np.sum(traj['step_newton_iterations'])):,}", ""))
-    if "wall_time" in traj: rows.append(("wall time", f"{float(traj['wall_time']):.1f}", "s"))
-    if str(traj.get("resumed", "")): rows.append(("resumed (not a run from t = 0)", str(traj["resumed"]), ""))
+        row["newton_iterations"] = int(np.sum(traj["step_newton_iterations"]))
+    if "step_subdivisions" in traj and len(traj["step_subdivisions"]): row["subdivisions"] = int(np.sum(traj["step_subdivisions"]))
+    if "wall_time" in traj: row["wall_time_s"] = float(traj["wall_time"])
+    if str(traj.get("resumed", "")): row["resumed"] = str(traj["resumed"])
+    return row
+
+def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame:
+    "The measurement table of a bag trajectory (a dict from `load_trajectory`, or a `Trajectory`): `measurement_row` for a reader."
+    m = measurement_row(traj, at=at, device=device)
+    res = m["resolution"]
+    rows = [("mesh resolution (rings × columns + centre)", f"{res} ({15 * res} × {32 * res} + 1 = {m['vertices']:,} vertices)", ""),
+            ("time of the measured frame", f"{m['t']:.4f}", "s"),
+            ("neck width x × y", f"{m['neck_x_mm']:.2f} × {m['neck_y_mm']:.2f}", "mm"),
+            ("flap height", f"{m['flap_height_mm']:.2f}", "mm"),
+            ("self-intersection frames / all frames", f"{m['intersecting_frames']} / {m['frames']}", ""),
+            ("largest sphere-centre z range, last 1 s", f"{m['z_range_mm']:.3f}", "mm"),
+            ("min sphere–film gap, last frame", f"{m['min_sphere_gap_mm']:.4f}", "mm"),
+            ("min film–film distance, last frame", f"{m['min_film_gap_mm']:.4f}", "mm"),
+            ("sphere centres inside the bag, last frame", f"{m['spheres_inside']} / {m['spheres']}", "")]
+    if "min_contact_gap_mm" in m: rows.append(("min contact gap over all steps (solver)", f"{m['min_contact_gap_mm']:.4f}", "mm"))
+    if "newton_iterations" in m: rows.append(("Newton iterations, all steps", f"{m['newton_iterations']:,}", ""))
+    if "wall_time_s" in m: rows.append(("wall time", f"{m['wall_time_s']:.1f}", "s"))
+    if "resumed" in m: rows.append(("resumed (not a run from t = 0)", m["resumed"], ""))
     return pd.DataFrame(rows, columns=["measure", "value", "unit"])
 
 def phase_table(traj: dict, timeline=None) -> pd.DataFrame:
@@ -129,5 +149,6 @@ def phase_table(traj: dict, timeline=None) -> pd.DataFrame:
     df = pd.DataFrame({"phase": [phase_at(t, rows) for t in traj["step_t"]], "iterations": traj["step_newton_iterations"],
                        "subdivisions": traj["step_subdivisions"]})
     g = df.groupby("phase", sort=False)
-    return pd.DataFrame({"steps": g.size(), "Newton iterations": g["iterations"].sum(), "per step": g["iterations"].mean().round(1),
-                         "subdivisions": g["subdivisions"].sum()}).reset_index()
+    return pd.DataFrame({"steps": g.size(), "Newton iterations": g["iterations"].sum().astype(int),
+                         "iterations per step": g["iterations"].mean().round(1),
+                         "subdivisions": g["subdivisions"].sum().astype(int)}).reset_index()

@@ -5,8 +5,15 @@
 # %% ../../nbs/25_bag_run.ipynb #6087e340
 from __future__ import annotations
 
+import ctypes
+import fcntl
+import inspect
+import math
+import numbers
 import os
+import secrets
 import signal
+import tempfile
 import threading
 import time
 from contextlib import contextmanager, suppress
@@ -15,18 +22,71 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import warp as wp
 
-from .bag_scene import DT, BagScene, film_resolution
-from .choreography import Choreographer, Controls
+from ..solver import SolverIPC
+
+from .bag_scene import DT, BagScene, check_resolution, film_resolution
+from ..inputs import Film
+from .choreography import Choreographer, Choreography, Controls, group_particles
 from .bag_scene import SPHERE_RADII, bag_mesh
 
 # %% auto #0
-__all__ = ['BadInput', 'TrajectoryWriteError', 'Terminated', 'Trajectory', 'load_trajectory', 'trajectory_resolution',
-           'read_trajectory', 'resume_frame', 'resume_run', 'thin_trajectory', 'apply_controls', 'run_bag']
+__all__ = ['ACTIONS', 'BadInput', 'checked_number', 'check_writable', 'check_device', 'TrajectoryWriteError', 'Terminated',
+           'output_lock', 'temporary_name', 'Trajectory', 'load_trajectory', 'trajectory_resolution', 'read_trajectory',
+           'check_trajectory', 'resume_frame', 'resume_run', 'thin_trajectory', 'apply_controls', 'check_timeline',
+           'run_bag']
 
 # %% ../../nbs/25_bag_run.ipynb #de891698
 class BadInput(ValueError):
     "Input that cannot be used — an argument, an output path, a saved run — with a message naming it; `newtonipc-bag` exits 2 on it."
+
+# %% ../../nbs/25_bag_run.ipynb #ef803b4b
+def checked_number(value, kind, low: float, low_open: bool, what: str):
+    """`value` if it is a finite `kind` (int: a whole number, never a bool) ≥ `low` (> `low` when `low_open`), else a
+    `ValueError` whose message is the one `newtonipc-bag` prints for a command-line value out of range."""
+    whole = kind is int
+    ok_type = isinstance(value, numbers.Integral if whole else numbers.Real) and not isinstance(value, bool)
+    if not ok_type: raise ValueError(f"{value!r} is not {what}")
+    if not math.isfinite(value) or value < low or (low_open and value == low):
+        shown = f"{value:g}" if isinstance(value, float) else repr(value)       # -1.0 and -1 read alike: -1
+        raise ValueError(f"{shown} is out of range: give {what} {'>' if low_open else '≥'} {low:g}")
+    return kind(value)
+
+def check_writable(path, what: str = "--out") -> Path:
+    """`BadInput` naming `path` unless a file can be written there: a non-empty name whose directory exists and takes a
+    new file (probed), and not a directory or a device."""
+    if str(path) == "": raise BadInput(f"{what}: an empty path; give the name of a file to write")
+    path = Path(path); parent = path.parent
+    if not parent.exists(): raise BadInput(f"{what} {path}: the directory {parent} does not exist")
+    if not parent.is_dir(): raise BadInput(f"{what} {path}: {parent} is not a directory")
+    if path.exists() and not path.is_file(): raise BadInput(f"{what} {path}: exists and is not a regular file")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".probe")
+        try: os.write(fd, b"\0" * 4096); os.fsync(fd)
+        finally: os.close(fd); os.unlink(probe)
+    except OSError as e: raise BadInput(f"{what} {path}: cannot write in {parent} ({e.strerror or e})") from e
+    return path
+
+def _cuda_driver() -> bool:
+    "Whether the CUDA driver library loads — asked without starting Warp, which prints a warning on stderr when it does not."
+    for name in ("libcuda.so", "libcuda.so.1", "nvcuda.dll"):
+        with suppress(OSError):
+            ctypes.CDLL(name)
+            return True
+    return False
+
+def check_device(device, what: str = "--device"):
+    """`device` if this machine has it (None, the default — CUDA when present, else the CPU — and "cpu" always), else
+    `BadInput` saying what is available."""
+    if device is None or str(device) == "cpu": return device
+    name = str(device)
+    if name.startswith("cuda") and not (_cuda_driver() and wp.is_cuda_available()):
+        raise BadInput(f"{what} {name}: this machine has no CUDA device (Warp found none); give {what} cpu")
+    try: return str(wp.get_device(device))
+    except Exception as e:
+        raise BadInput(f"{what} {name}: not a device of this machine (it has {', '.join(map(str, wp.get_devices()))})") from e
+
 
 # %% ../../nbs/25_bag_run.ipynb #5ca3afee
 class TrajectoryWriteError(OSError):
@@ -50,7 +110,56 @@ def _signals_held():
         for s in sigs: signal.signal(s, old[s])
         if pending: signal.raise_signal(pending[0])
 
+# %% ../../nbs/25_bag_run.ipynb #7f2416fc
+_HELD: dict = {}            # lock file → [descriptor, depth]: this process's locks, so that nested holders share one
+
+def _lock_holder(fd: int) -> str:
+    "The PID the holder wrote into the lock file (it writes it just after locking: a reader may come first)."
+    with suppress(OSError, ValueError):
+        pid = os.pread(fd, 32, 0).decode().strip()
+        if pid.isdigit(): return f"process {pid}"
+    return "another process"
+
+@contextmanager
+def output_lock(path, what: str = "--out"):
+    """Hold an exclusive OS advisory lock — `fcntl.flock(LOCK_EX | LOCK_NB)` — for writing `path` while the block runs.
+    The lock is on `PATH.lock` beside it, not on `path` itself: each save replaces `path` by a rename, so its inode
+    changes and a lock on it would not last. The lock file holds the holder's PID and is removed when the block ends;
+    the kernel drops the lock if the process dies. Another process holding it: `BadInput` naming `path` and that PID.
+    The same process may take it again (nested blocks share it)."""
+    lock = Path(os.path.abspath(Path(path).with_name(Path(path).name + ".lock")))
+    if lock in _HELD:
+        _HELD[lock][1] += 1
+        try: yield lock
+        finally: _HELD[lock][1] -= 1
+        return
+    while True:
+        try: fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e: raise BadInput(f"{what} {path}: cannot create its lock file {lock} ({e.strerror or e})") from e
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(fd); os.close(fd)
+            raise BadInput(f"{what} {path}: another run is writing it ({holder} holds {lock.name}); "
+                           f"wait for it to finish or give another {what}") from None
+        # the last holder removes the file when it is done: lock the file that is there now, not one already unlinked
+        with suppress(OSError):
+            if os.path.samestat(os.fstat(fd), os.stat(lock)): break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0); os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _HELD[lock] = [fd, 1]
+        yield lock
+    finally:
+        _HELD.pop(lock, None)
+        with suppress(OSError): os.unlink(lock)
+        os.close(fd)
+
+
 # %% ../../nbs/25_bag_run.ipynb #e666ebe0
+def temporary_name(path: Path, suffix: str) -> Path:
+    "A name beside `path` that no other writer uses: this process's id and a random tag."
+    return path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}{suffix}")
+
 @dataclass
 class Trajectory:
     "Recorded frames of a bag run and the per-step solver statistics."
@@ -74,7 +183,7 @@ class Trajectory:
 
     def save(self, path):
         "Write the trajectory atomically to `path` (.npz): a temporary file beside it renamed over it, with Ctrl-C and SIGTERM held meanwhile; on failure the temporary file is removed and `TrajectoryWriteError` names `path`."
-        path = Path(path); tmp = path.with_name(path.name + ".tmp.npz")
+        path = Path(path); tmp = temporary_name(path, ".tmp.npz")
         stats = pd.DataFrame(self.steps)
         steps = {f"step_{c}": (stats[c].to_numpy(dtype=float) if pd.api.types.is_numeric_dtype(stats[c]) else stats[c].astype(str).to_numpy(dtype=str))
                  for c in stats.columns}
@@ -101,28 +210,75 @@ def trajectory_resolution(data: dict) -> int:
     "The mesh resolution of a saved run: its `resolution` entry, or (files written before it was stored) the one its film's vertex count belongs to."
     return int(data["resolution"]) if "resolution" in data else film_resolution(np.shape(data["film"])[1])
 
+def _sniff(path: Path) -> str:
+    "What a file that is not an .npz looks like, for the message that refuses it."
+    with open(path, "rb") as f: head = f.read(64).lstrip()
+    if head[:1] in (b"{", b"["):
+        return "a JSON text, not a saved trajectory (newtonipc-bag writes its measurement table as PATH.json beside the PATH.npz trajectory: give the .npz)"
+    if head.startswith(b"\x93NUMPY"): return "a single .npy array, not an .npz of a run"
+    return "not a zip archive: another format"
+
 def read_trajectory(path, resolution: int = 1, flag: str = "--resolution") -> dict:
-    "`load_trajectory` for a file given by a user: `BadInput` naming the file (and the command-line `flag` that picks the resolution) unless it is a readable .npz of a run at `resolution` with `film` (n, 481, 3) at resolution 1 (the vertex count of `bag_mesh(k)`), `spheres` (n, 7, 3), `faces` (928, 3) at resolution 1 and `time` (n,), every value finite."
+    """`load_trajectory` for a file given by a user: `BadInput` naming the file (and the command-line `flag` that picks the
+    resolution) unless it is a readable .npz that `check_trajectory` accepts for a run at `resolution`."""
     path = Path(path)
     if not path.exists(): raise BadInput(f"{path}: no such file")
     if not path.is_file(): raise BadInput(f"{path}: not a regular file")
     if path.stat().st_size == 0: raise BadInput(f"{path}: empty file, not a saved trajectory")
+    try:
+        with open(path, "rb") as f: is_zip = f.read(4) == b"PK\x03\x04"
+        if not is_zip: raise BadInput(f"{path}: not a readable .npz trajectory ({_sniff(path)})")
+    except OSError as e: raise BadInput(f"{path}: cannot be read ({e.strerror or e})") from e
     try: data = load_trajectory(path)
     except Exception as e: raise BadInput(f"{path}: not a readable .npz trajectory (truncated or another format: {type(e).__name__}: {e})") from e
+    return check_trajectory(data, str(path), resolution, flag)
+
+_KINDS = {"f": "floating-point", "iu": "integer", "U": "text"}
+_SCALARS = {"resolution": "iu", "stopped": "U", "resumed": "U", "wall_time": "fiu", "thinned": "iu"}
+
+def _kind(data: dict, key: str, kinds: str, name: str, what: str):
+    a = np.asarray(data[key])
+    if a.dtype.kind not in kinds or a.dtype.kind == "b":
+        raise BadInput(f"{name}: {key} holds {a.dtype} values, a saved run stores {what} there")
+
+def check_trajectory(data: dict, name: str, resolution: int = 1, flag: str = "--resolution") -> dict:
+    """`data` (from `load_trajectory`) if it is a run of the bag scene at `resolution`, checked completely before any use:
+    `film` (n, V, 3) with V the vertex count of `bag_mesh(resolution)` (481 at resolution 1), `spheres` (n, 7, 3) and `time` (n,), floating point,
+    finite, times increasing; `faces` the mesh's (928, 3 at resolution 1), integers; every `step_*` one value per step (at
+    least n − 1 steps); `resolution`, `stopped`, `resumed`, `wall_time` single values of their type. Else `BadInput`
+    naming `name` (a file, or the argument) and what is wrong."""
+    if not isinstance(data, dict): raise BadInput(f"{name}: a saved run is a path or a dict of arrays, got {type(data).__name__}")
     missing = [k for k in ("film", "spheres", "faces", "time") if k not in data]
-    if missing: raise BadInput(f"{path}: not a bag trajectory, it has no {', '.join(missing)} array")
+    if missing: raise BadInput(f"{name}: not a bag trajectory, it has no {', '.join(missing)} array")
+    for key, kinds, what in (("film", "f", "positions"), ("spheres", "f", "positions"), ("time", "f", "times in seconds"),
+                             ("faces", "iu", "vertex indices")):
+        _kind(data, key, kinds, name, f"{_KINDS[kinds]} {what}")
+    for key, kinds in _SCALARS.items():
+        if key not in data: continue
+        if np.ndim(data[key]) != 0: raise BadInput(f"{name}: {key} has shape {np.shape(data[key])}, a saved run stores one value there")
+        _kind(data, key, kinds, name, f"one {_KINDS.get(kinds, 'numeric')} value")
     try: saved = trajectory_resolution(data)
     except (ValueError, IndexError, TypeError): saved = resolution     # a film of no known resolution fails the shape check below
     if saved != resolution:
-        raise BadInput(f"{path}: a run of the bag mesh at resolution {saved} ({data['film'].shape[1]} film vertices); "
+        raise BadInput(f"{name}: a run of the bag mesh at resolution {saved} ({data['film'].shape[1]} film vertices); "
                        f"this run is at resolution {resolution}: give {flag} {saved} to use it")
     v, f = bag_mesh(resolution)
     n = len(data["time"]) if data["time"].ndim == 1 else -1
     for key, shape in (("time", (n,)), ("film", (n, len(v), 3)), ("spheres", (n, len(SPHERE_RADII), 3)), ("faces", f.shape)):
         if data[key].shape != shape or n < 1:
-            raise BadInput(f"{path}: {key} has shape {data[key].shape}, this scene needs {shape if n >= 1 else '(frames ≥ 1,)'}")
+            raise BadInput(f"{name}: {key} has shape {data[key].shape}, this scene needs {shape if n >= 1 else '(frames ≥ 1,)'}")
+    if not np.array_equal(data["faces"], f):
+        raise BadInput(f"{name}: its faces are not those of the bag mesh at resolution {resolution}: not a run of this scene")
     bad = np.flatnonzero(~(np.isfinite(data["film"]).all((1, 2)) & np.isfinite(data["spheres"]).all((1, 2)) & np.isfinite(data["time"])))
-    if len(bad): raise BadInput(f"{path}: {len(bad)} of {n} frames hold NaN or infinite values (the first is frame {bad[0]})")
+    if len(bad): raise BadInput(f"{name}: {len(bad)} of {n} frames hold NaN or infinite values (the first is frame {bad[0]})")
+    back = np.flatnonzero(np.diff(data["time"]) <= 0)
+    if len(back): raise BadInput(f"{name}: its times do not increase (frame {back[0] + 1} at t = {data['time'][back[0] + 1]:.4f} s)")
+    steps = {k: np.asarray(a) for k, a in data.items() if k.startswith("step_")}
+    m = min((len(a) for a in steps.values() if a.ndim == 1), default=n - 1)
+    for k, a in steps.items():
+        if a.ndim != 1 or len(a) != m or len(a) < n - 1 or a.dtype.kind not in "fiuU":
+            raise BadInput(f"{name}: {k} has shape {a.shape} and dtype {a.dtype}; every step_* array holds one number or text per "
+                           f"step, {max(m, n - 1)} of them for {n} frames")
     return data
 
 def resume_frame(data: dict, at: float | None = None) -> int:
@@ -170,7 +326,7 @@ def apply_controls(scene: BagScene, c: Controls):
     s = scene.solver
     if len(c.support_particles): s.set_supports(c.support_particles, c.support_targets, c.support_stiffness)
     else: s.clear_supports()
-    if c.tie_pairs is not None: s.set_tie(c.tie_pairs, c.tie_lengths)
+    if c.tie_pairs is not None: s.set_tie(c.tie_pairs, c.tie_lengths, c.tie_stiffness)
     else: s.clear_tie()
     if c.tolerance is not None: s.options["tolerance"] = c.tolerance
     f = np.zeros((scene.model.particle_count, 3), np.float32)
@@ -179,33 +335,99 @@ def apply_controls(scene: BagScene, c: Controls):
     f[scene.spheres[hover]] = -m[hover, None] * scene.solver.ipc.gravity[None, :]
     scene.state.particle_f.assign(f)
 
+ACTIONS = {"hold": (), "fold": (), "release": (), "drop": ("sphere",), "lift": (), "shift": ("dx",), "goto": ("goal",),
+           "tolerance": ("tolerance",), "check": (), "tie": ("shrink",)}
+
+def check_timeline(timeline, resolution: int = 1):
+    "`BadInput` unless `timeline` is a list of rows (start s, end s, action, group, parameters, what) that `Choreographer` can run."
+    if timeline is None: return
+    if isinstance(timeline, (str, bytes)) or not hasattr(timeline, "__iter__"):
+        raise BadInput(f"timeline: a list of rows (start s, end s, action, group, parameters, what), got {type(timeline).__name__}")
+    for i, row in enumerate(timeline):
+        if isinstance(row, (str, bytes)) or not hasattr(row, "__len__") or len(row) != 6:
+            raise BadInput(f"timeline row {i}: {row!r} is not a row (start s, end s, action, group, parameters, what)")
+        t0, t1, action, group, p, _ = row
+        try: checked_number(t0, float, 0.0, False, "a start time in seconds"); checked_number(t1, float, t0, False, "an end time in seconds")
+        except ValueError as e: raise BadInput(f"timeline row {i}: {e}") from None
+        if action not in ACTIONS: raise BadInput(f"timeline row {i}: unknown action {action!r}; one of {', '.join(ACTIONS)}")
+        if not isinstance(p, dict): raise BadInput(f"timeline row {i}: parameters must be a dict, got {type(p).__name__}")
+        need = [k for k in ACTIONS[action] if k not in p] + (["to_z or dz"] if action == "lift" and not {"to_z", "dz"} & set(p) else [])
+        if need: raise BadInput(f"timeline row {i}: action {action!r} needs the parameter(s) {', '.join(need)}")
+        if action in ("hold", "fold", "lift", "shift", "goto") or (action == "release" and group != "all"):
+            try: group_particles(group, resolution)
+            except (KeyError, TypeError): raise BadInput(f"timeline row {i}: unknown support group {group!r}") from None
+
+def _check_run_args(until, every, device, out, progress, timeline, resume_at, save_every, on_save, resolution) -> str:
+    "Every argument of `run_bag` but `resume`, checked before anything is built; returns the device."
+    for name, value, kind, low, low_open, what in (("until", until, float, DT, False, "a finite time in seconds"),
+                                                   ("every", every, int, 1, False, "a whole number"),
+                                                   ("save_every", save_every, float, 0.0, False, "a finite time in seconds")):
+        try: checked_number(value, kind, low, low_open, what)
+        except ValueError as e: raise BadInput(f"{name}: {e}") from None
+    if resume_at is not None:
+        try: checked_number(resume_at, float, 0.0, True, "a finite time in seconds")
+        except ValueError as e: raise BadInput(f"resume_at: {e}") from None
+    try: check_resolution(resolution)
+    except ValueError as e: raise BadInput(f"resolution: {e}") from None
+    if not isinstance(progress, bool): raise BadInput(f"progress: True or False, got {progress!r}")
+    if on_save is not None and not callable(on_save): raise BadInput(f"on_save: a callable (traj, path) or None, got {on_save!r}")
+    if out is not None: check_writable(out, "out")
+    check_timeline(timeline, resolution)
+    return check_device(device, "device")
+
 def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progress: bool = True, timeline=None,
             resume=None, resume_at: float | None = None, save_every: float = 5.0, on_save=None, resolution: int = 1,
-            **solver_options) -> Trajectory:
+            choreography=None, film=None, **solver_options) -> Trajectory:
     """Run the bag scene, its mesh at `resolution`, to `until` seconds, from t = 0 or from a saved run (`resume`: path or dict, at `resume_at`, default its last frame); returns the `Trajectory`.
-    With `out`, the trajectory is written there every `save_every` seconds of wall time and when the run stops for any reason
-    (`on_save(traj, out)` is called after each write); a write that fails stops the run with `TrajectoryWriteError`."""
+    Every argument (and the whole `resume` file) is checked before anything is built: `BadInput` with the words `newtonipc-bag` uses.
+    With `out`, the run holds `output_lock(out)` throughout, and the trajectory is written there after the first step, then every
+    `save_every` seconds of wall time and when the run stops for any reason (`on_save(traj, out)` is called after each write);
+    a write that fails stops the run at once with `TrajectoryWriteError` (the file keeps the last good write).
+    `choreography` (a `Choreography`, default today's) sets the tie and neck handling, `film` (a `Film`, default
+    `BAG_FILM`) the bag's material."""
+    device = _check_run_args(until, every, device, out, progress, timeline, resume_at, save_every, on_save, resolution)
+    unknown = sorted(set(solver_options) - set(inspect.signature(SolverIPC).parameters) - {"model"})
+    if unknown: raise BadInput(f"{unknown[0]}: neither an argument of run_bag nor an option of SolverIPC (see help(SolverIPC))")
+    if choreography is not None and not isinstance(choreography, Choreography):
+        raise BadInput(f"choreography: a Choreography or None, got {type(choreography).__name__}")
+    if film is not None and not isinstance(film, Film):
+        raise BadInput(f"film: a Film or None, got {type(film).__name__}")
+    data = None
+    if resume is not None and not isinstance(resume, (str, os.PathLike, dict)):
+        raise BadInput(f"resume: a path to a saved run or a dict of its arrays, got {type(resume).__name__}")
+    if resume is not None:
+        data = check_trajectory(resume, "resume", resolution, "resolution") if isinstance(resume, dict) else read_trajectory(resume, resolution, "resolution")
+        k = resume_frame(data, resume_at)
+        if int(round(until / DT)) <= k:
+            raise BadInput(f"until {until:g}: the run resumed at t = {data['time'][k]:.4f} s has nothing left to compute; give a later until")
+    with output_lock(out, "out") if out is not None else suppress():
+        return _run_bag(until, every, device, out, progress, timeline, resume, data, resume_at, save_every, on_save, resolution,
+                        choreography, film, solver_options)
+
+def _run_bag(until, every, device, out, progress, timeline, resume, data, resume_at, save_every, on_save, resolution,
+             choreography, film, solver_options):
     from tqdm.auto import tqdm
-    scene = BagScene.build(device, resolution, **solver_options)
-    ch = Choreographer(timeline, resolution=scene.resolution)
-    if resume is None:
+    scene = BagScene.build(device, resolution, film=film, **solver_options)
+    ch = Choreographer(timeline, resolution=scene.resolution, choreography=choreography)
+    if data is None:
         n_faces = len(bag_mesh(scene.resolution)[1])
         traj, k0 = Trajectory(faces=scene.solver.ipc.tri.numpy()[:n_faces].copy(), resolution=scene.resolution), 0
         traj.record(0.0, scene.positions(), scene.film, scene.spheres)
     else:
-        data = resume if isinstance(resume, dict) else read_trajectory(resume, scene.resolution)
         at = float(data["time"][-1]) if resume_at is None else resume_at
         traj, k0 = resume_run(scene, ch, data, at)
         earlier = str(data.get("resumed", ""))       # a resumed run of a resumed run keeps the whole chain
         traj.resumed = (f"{earlier}; then " if earlier else "") + f"resumed at t = {traj.time[-1]:.4f} s" + ("" if isinstance(resume, dict) else f" from {resume}")
     n_steps = int(round(until / DT))
-    if n_steps <= k0: raise BadInput(f"nothing to run: the run resumed at t = {traj.time[-1]:.4f} s already reaches until = {until:.4f} s")
-    t_wall = time.perf_counter(); last_save = t_wall
+    t_wall = time.perf_counter(); last_save = None
 
     def save():
         traj.wall_time = time.perf_counter() - t_wall
         with _signals_held():           # a signal during the write waits until `on_save` has heard of it too
-            traj.save(out)
+            try: traj.save(out)
+            except TrajectoryWriteError as e:
+                e.at = float(traj.time[-1])     # where the run stops: the caller says so
+                raise
             if on_save is not None: on_save(traj, Path(out))
 
     bar = tqdm(total=n_steps, initial=k0, disable=not progress, unit="step", desc="bag")
@@ -222,7 +444,8 @@ def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progr
             traj.steps.append({"t": t, **st.as_dict()})
             if (k + 1) % every == 0 or k + 1 == n_steps:
                 traj.record(t, scene.positions(), scene.film, scene.spheres)
-            if out is not None and k + 1 < n_steps and time.perf_counter() - last_save >= save_every:
+            # the first write comes after the first step: a disk that cannot take the file is found before more is computed
+            if out is not None and k + 1 < n_steps and (last_save is None or time.perf_counter() - last_save >= save_every):
                 save(); last_save = time.perf_counter()
             bar.update(1)
             bar.set_postfix_str(f"t={t:.3f}s subdiv={subdiv} it={st.newton_iterations}")

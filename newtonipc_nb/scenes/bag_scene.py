@@ -224,10 +224,10 @@ class BagScene:
     resolution: int = 1
 
     @classmethod
-    def build(cls, device=None, resolution: int = 1, **solver_options) -> "BagScene":
-        "The scene with the bag mesh at `resolution` (1, 2 or 4) on `device`; `solver_options` override `SCENE_OPTIONS`."
+    def build(cls, device=None, resolution: int = 1, film: Film | None = None, **solver_options) -> "BagScene":
+        "The scene with the bag mesh at `resolution` (1, 2 or 4) of `film` (default `BAG_FILM`) on `device`; `solver_options` override `SCENE_OPTIONS`."
         device, resolution = str(wp.get_device(device)), check_resolution(resolution)
-        builder, index = bag_scene_builder(resolution=resolution)
+        builder, index = bag_scene_builder(BAG_FILM if film is None else film, resolution=resolution)
         model = builder.finalize(device=device)
         solver = SolverIPC(model, **{**SCENE_OPTIONS, **solver_options})
         return cls(model, solver, index, model.state(), model.state(), device, resolution)

@@ -5,20 +5,23 @@
 # %% ../../nbs/24_choreography.ipynb #9bb13451
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import numbers
+from dataclasses import dataclass, fields
 from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
-from .bag_scene import (SPHERE_RADII, TOL_RELEASED, bag_grid, bag_mesh, check_resolution,
-                                           ring_and_column, ring_vertices)
+from .bag_scene import (N_COLUMNS, N_RINGS, SPHERE_RADII, TOL_RELEASED, bag_grid, bag_mesh,
+                                           check_resolution, ring_and_column, ring_vertices)
+from ..supports import TIE_STIFFNESS
 
 # %% auto #0
 __all__ = ['GROUP_STIFFNESS', 'GRIP_COLUMNS', 'FLAP_COLUMNS', 'BAND_RINGS', 'BODY_RING', 'BAND_COLUMNS', 'SPHERE_DROPS',
-           'SET_DOWN_SHIFT', 'SET_DOWN_Z', 'TIE_SHRINK', 'TIMELINE', 'FOLD_DROP', 'PHASE_ACTIONS', 'group_particles',
-           'group_stiffness', 'timeline_table', 'ScenarioCheckFailed', 'tie_pairs', 'columns_up', 'phase_rows',
-           'phase_at', 'Controls', 'Choreographer']
+           'SET_DOWN_SHIFT', 'SET_DOWN_Z', 'TIE_SHRINK', 'TIGHTEN_RADIUS', 'GATHER', 'FLAP_LOWER', 'TIMELINE',
+           'FOLD_DROP', 'PHASE_ACTIONS', 'Choreography', 'group_particles', 'group_stiffness', 'timeline_table',
+           'ScenarioCheckFailed', 'tie_pairs', 'columns_up', 'phase_rows', 'phase_at', 'Controls', 'Choreographer']
 
 # %% ../../nbs/24_choreography.ipynb #8f5f7445
 GROUP_STIFFNESS = dict(hem=20.0, neck=20.0, grips=300.0, flap=40.0, top_flap=100.0, body=100.0, bands=150.0)   # N/m per vertex at resolution 1
@@ -33,9 +36,99 @@ SPHERE_DROPS = tuple(0.89 + i * (1.60 - 0.89) / (len(SPHERE_RADII) - 1) for i in
 SET_DOWN_SHIFT = 0.22       # m, sideways distance from the bin to where the bag is set on the floor
 SET_DOWN_Z = 0.125          # m, grip height at set-down: hanging from the grips the bag is ~118 mm long, so it rests on the floor
 TIE_SHRINK = 0.25           # final tie rest length as a fraction of the length when it is switched on
+TIGHTEN_RADIUS = 0.005      # m, distance from the neck's axis the band points are pulled to before the tie
+GATHER = (0.012, 0.020)     # m, (radius, height above the neck centre) the flap supports and grips are gathered to
+FLAP_LOWER = 0.015          # m, how far the five flap supports are lowered once the tie is on
 
-def group_particles(name: str, resolution: int = 1) -> np.ndarray:
-    "Film vertex indices of a support group on the mesh at `resolution` (by ring and column, never by position)."
+# %% ../../nbs/24_choreography.ipynb #e0340997
+def _real(v, name: str, ok, rule: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or not ok(v):
+        raise ValueError(f"Choreography: {name} must be {rule}, got {v!r}")
+    return float(v)
+
+@dataclass(frozen=True)
+class Choreography:
+    "The tunable handling of the bag scene: the neck bands, the tie and the flap supports (defaults: the scene as it is)."
+    tighten_radius: float = TIGHTEN_RADIUS
+    tie_shrink: float = TIE_SHRINK
+    tie_stiffness: float = TIE_STIFFNESS
+    band_stiffness: float = GROUP_STIFFNESS["bands"]
+    band_rings: tuple = tuple(r / N_RINGS for r in BAND_RINGS)
+    band_columns: float = len(BAND_COLUMNS) / N_COLUMNS
+    flap_stiffness: float = GROUP_STIFFNESS["flap"]
+    flap_lower: float = FLAP_LOWER
+    gather_radius: float = GATHER[0]
+    gather_height: float = GATHER[1]
+
+    def __post_init__(self):
+        pos, nonneg = (lambda v: v > 0, "a finite number > 0"), (lambda v: v >= 0, "a finite number ≥ 0")
+        for name, (ok, rule) in dict(tighten_radius=nonneg, tie_stiffness=nonneg, band_stiffness=nonneg,
+                                     flap_stiffness=nonneg, flap_lower=nonneg, gather_radius=nonneg).items():
+            object.__setattr__(self, name, _real(getattr(self, name), name, ok, rule))
+        object.__setattr__(self, "gather_height", _real(self.gather_height, "gather_height", lambda v: True, "a finite number"))
+        object.__setattr__(self, "tie_shrink", _real(self.tie_shrink, "tie_shrink", lambda v: 0 < v <= 1, "in (0, 1]"))
+        object.__setattr__(self, "band_columns", _real(self.band_columns, "band_columns", lambda v: 3 <= round(v * N_COLUMNS) <= N_COLUMNS,
+                                                        f"a fraction in [3/{N_COLUMNS}, 1] (at least 3 band points)"))
+        rings = self.band_rings
+        if isinstance(rings, (str, bytes)) or not hasattr(rings, "__len__") or len(rings) == 0:
+            raise ValueError(f"Choreography: band_rings must be a non-empty list of fractions in (0, 1], got {rings!r}")
+        rings = tuple(_real(f, "band_rings", lambda v: 1 <= round(v * N_RINGS) <= N_RINGS, f"fractions in [1/{N_RINGS}, 1]") for f in rings)
+        at1 = [round(f * N_RINGS) for f in rings]
+        if len(set(at1)) < len(at1) or at1 != sorted(at1):
+            raise ValueError(f"Choreography: band_rings must name distinct rings from the bottom up, got {list(rings)} (rings {at1} of {N_RINGS})")
+        object.__setattr__(self, "band_rings", rings)
+
+    def band_ring_indices(self, resolution: int = 1) -> list[int]:
+        "The band rings on the mesh at `resolution`: resolution-1 ring r (nearest to the fraction) is ring k·r."
+        return [check_resolution(resolution) * round(f * N_RINGS) for f in self.band_rings]
+
+    def band_column_indices(self, resolution: int = 1) -> list[int]:
+        "The band columns on the mesh at `resolution`: n = fraction × 32 points spread evenly over the resolution-1 columns, column c at k is k·c."
+        n = round(self.band_columns * N_COLUMNS)
+        return [check_resolution(resolution) * round(j * N_COLUMNS / n) for j in range(n)]
+
+    def stiffness(self, group: str) -> float:
+        "Per-vertex stiffness (N/m) of support `group` at resolution 1."
+        return {**GROUP_STIFFNESS, "bands": self.band_stiffness, "flap": self.flap_stiffness}[group]
+
+    def table(self) -> pd.DataFrame:
+        "The parameters and their values."
+        return pd.DataFrame([(f.name, getattr(self, f.name)) for f in fields(self)], columns=["parameter", "value"])
+
+    def timeline(self) -> list:
+        "The scene's timeline with these parameters."
+        gather = dict(goal="gather", radius=self.gather_radius, height=self.gather_height)
+        return [
+            # (start s, end s, action, group, parameters, what it does)
+            (0.00, 0.72, "hold", "neck", {}, "hold the bag's neck at the rim, as a hand does"),
+            (0.00, 0.72, "fold", "hem", {}, "fold the top of the empty bag over the bin's rim"),
+            (0.80, 0.80, "release", "neck", {}, "let go of the neck: the bag hangs on the rim"),
+            *[(t, t, "drop", f"sphere {i}", dict(sphere=i), f"drop sphere {i} (R = {1000 * SPHERE_RADII[i]:.0f} mm)")
+              for i, t in enumerate(SPHERE_DROPS)],
+            (2.00, 2.00, "release", "hem", {}, "let go of the hem, keep two opposite hem points"),
+            (2.00, 3.00, "lift", "grips", dict(to_z=0.34), "lift two opposite hem points: the bag peels off the bin"),
+            (3.00, 3.80, "shift", "grips", dict(dx=SET_DOWN_SHIFT), "carry the bag beside the bin"),
+            (3.80, 4.60, "lift", "grips", dict(to_z=SET_DOWN_Z), "set the bag down: its bottom on the floor"),
+            (4.70, 4.70, "release", "grips", {}, "let go of the two hem points: the bag stands on the floor"),
+            (4.70, 6.05, "hold", "neck", {}, "hold the bag at the neck while the flap is turned up"),
+            (4.70, 6.05, "goto", "top_flap", dict(goal="flap_rest"), "unfold the top flap: the rings above the neck to their rest shape over it"),
+            (6.05, 6.05, "check", "film", dict(check="columns_up"), "every column points upward"),
+            (6.05, 6.05, "release", "top_flap", {}, "let go of the flap rings"),
+            (6.05, 6.05, "release", "neck", {}, "let go of the neck"),
+            (6.05, 9.40, "hold", "body", {}, "steady the bag on the floor while its top is gathered and tied"),
+            (6.05, 7.10, "goto", "flap", gather, "gather the flap towards the bag's axis"),
+            (6.05, 7.10, "goto", "grips", dict(gather), "gather the flap (and the grips)"),
+            (7.40, 8.40, "goto", "bands", dict(goal="tighten", radius=self.tighten_radius), "tighten the two neck bands while the flap is held"),
+            (8.40, 8.75, "tie", "bands", dict(shrink=self.tie_shrink, stiffness=self.tie_stiffness),
+             "switch the tie on and shrink it to its target length"),
+            (8.75, 9.40, "lift", "flap", dict(dz=-self.flap_lower), "lower the five flap supports"),
+            (9.40, 9.40, "release", "all", {}, "release every external support"),
+            (9.40, 9.40, "tolerance", "solver", dict(tolerance=TOL_RELEASED), "tighten the position tolerance to 0.0005 mm"),
+        ]
+
+# %% ../../nbs/24_choreography.ipynb #085aa3c9
+def group_particles(name: str, resolution: int = 1, choreography: Choreography | None = None) -> np.ndarray:
+    "Film vertex indices of a support group on the mesh at `resolution` (by ring and column, never by position); the bands as `choreography` places them."
     _, _, neck, hem = bag_grid(resolution)
     ring = lambda r: ring_vertices(r, resolution)
     cols = lambda cs: [resolution * c for c in cs]         # a resolution-1 column's angle at this resolution
@@ -45,42 +138,21 @@ def group_particles(name: str, resolution: int = 1) -> np.ndarray:
     if name == "flap": return ring(hem)[cols(FLAP_COLUMNS)]
     if name == "top_flap": return np.concatenate([ring(r) for r in range(neck + 1, hem + 1)])
     if name == "body": return ring(resolution * BODY_RING)
-    if name == "bands": return np.concatenate([ring(resolution * r)[cols(BAND_COLUMNS)] for r in BAND_RINGS])
+    if name == "bands":
+        ch = choreography or Choreography()
+        return np.concatenate([ring(r)[ch.band_column_indices(resolution)] for r in ch.band_ring_indices(resolution)])
     raise KeyError(f"unknown support group {name!r}")
 
-def group_stiffness(name: str, resolution: int = 1) -> float:
-    "Per-vertex support stiffness (N/m) of group `name` at `resolution`: `GROUP_STIFFNESS` shared out so that the group's total is that of resolution 1."
-    return GROUP_STIFFNESS[name] * len(group_particles(name, 1)) / len(group_particles(name, resolution))
+def group_stiffness(name: str, resolution: int = 1, choreography: Choreography | None = None) -> float:
+    "Per-vertex support stiffness (N/m) of group `name` at `resolution`: its resolution-1 stiffness (`choreography`'s for bands and flap) shared out so that the group's total is that of resolution 1."
+    ch = choreography or Choreography()
+    return ch.stiffness(name) * len(group_particles(name, 1, ch)) / len(group_particles(name, resolution, ch))
 
-TIMELINE = [
-    # (start s, end s, action, group, parameters, what it does)
-    (0.00, 0.72, "hold", "neck", {}, "hold the bag's neck at the rim, as a hand does"),
-    (0.00, 0.72, "fold", "hem", {}, "fold the top of the empty bag over the bin's rim"),
-    (0.80, 0.80, "release", "neck", {}, "let go of the neck: the bag hangs on the rim"),
-    *[(t, t, "drop", f"sphere {i}", dict(sphere=i), f"drop sphere {i} (R = {1000 * SPHERE_RADII[i]:.0f} mm)") for i, t in enumerate(SPHERE_DROPS)],
-    (2.00, 2.00, "release", "hem", {}, "let go of the hem, keep two opposite hem points"),
-    (2.00, 3.00, "lift", "grips", dict(to_z=0.34), "lift two opposite hem points: the bag peels off the bin"),
-    (3.00, 3.80, "shift", "grips", dict(dx=SET_DOWN_SHIFT), "carry the bag beside the bin"),
-    (3.80, 4.60, "lift", "grips", dict(to_z=SET_DOWN_Z), "set the bag down: its bottom on the floor"),
-    (4.70, 4.70, "release", "grips", {}, "let go of the two hem points: the bag stands on the floor"),
-    (4.70, 6.05, "hold", "neck", {}, "hold the bag at the neck while the flap is turned up"),
-    (4.70, 6.05, "goto", "top_flap", dict(goal="flap_rest"), "unfold the top flap: the rings above the neck to their rest shape over it"),
-    (6.05, 6.05, "check", "film", dict(check="columns_up"), "every column points upward"),
-    (6.05, 6.05, "release", "top_flap", {}, "let go of the flap rings"),
-    (6.05, 6.05, "release", "neck", {}, "let go of the neck"),
-    (6.05, 9.40, "hold", "body", {}, "steady the bag on the floor while its top is gathered and tied"),
-    (6.05, 7.10, "goto", "flap", dict(goal="gather", radius=0.012, height=0.020), "gather the flap towards the bag's axis"),
-    (6.05, 7.10, "goto", "grips", dict(goal="gather", radius=0.012, height=0.020), "gather the flap (and the grips)"),
-    (7.40, 8.40, "goto", "bands", dict(goal="tighten", radius=0.005), "tighten the two neck bands while the flap is held"),
-    (8.40, 8.75, "tie", "bands", dict(shrink=TIE_SHRINK), "switch the tie on and shrink it to its target length"),
-    (8.75, 9.40, "lift", "flap", dict(dz=-0.015), "lower the five flap supports"),
-    (9.40, 9.40, "release", "all", {}, "release every external support"),
-    (9.40, 9.40, "tolerance", "solver", dict(tolerance=TOL_RELEASED), "tighten the position tolerance to 0.0005 mm"),
-]
+TIMELINE = Choreography().timeline()
 
-def timeline_table() -> pd.DataFrame:
-    "The choreography as a table, in time order."
-    df = pd.DataFrame(TIMELINE, columns=["start (s)", "end (s)", "action", "group", "parameters", "what"])
+def timeline_table(timeline=None) -> pd.DataFrame:
+    "The choreography as a table, in time order (`timeline` default `TIMELINE`)."
+    df = pd.DataFrame(TIMELINE if timeline is None else timeline, columns=["start (s)", "end (s)", "action", "group", "parameters", "what"])
     return df.sort_values(["start (s)", "end (s)"], kind="stable").reset_index(drop=True)
 
 # %% ../../nbs/24_choreography.ipynb #00916dfd
@@ -133,13 +205,14 @@ def _goal(kind: str, particles: np.ndarray, x: np.ndarray, p: dict, resolution: 
     return g
 
 # %% ../../nbs/24_choreography.ipynb #2992d98d
-def tie_pairs(resolution: int = 1) -> np.ndarray:
-    "Tie pairs within and between the two neck bands: ring neighbours in each band, and each column across the bands (48 pairs at every resolution)."
-    n = len(BAND_COLUMNS)
-    bands = group_particles("bands", resolution)
-    a, b = bands[:n], bands[n:]
-    within = [np.stack([r, np.roll(r, -1)], 1) for r in (a, b)]
-    return np.concatenate(within + [np.stack([a, b], 1)]).astype(np.int32)
+def tie_pairs(resolution: int = 1, choreography: Choreography | None = None) -> np.ndarray:
+    "Tie pairs within and between the neck bands: ring neighbours in each band, and each column across consecutive bands (48 pairs at every resolution with the default two bands of 16)."
+    ch = choreography or Choreography()
+    n = len(ch.band_column_indices(resolution))
+    bands = group_particles("bands", resolution, ch).reshape(-1, n)
+    within = [np.stack([r, np.roll(r, -1)], 1) for r in bands]
+    across = [np.stack([a, b], 1) for a, b in zip(bands[:-1], bands[1:])]
+    return np.concatenate(within + across).astype(np.int32)
 
 def columns_up(x: np.ndarray, resolution: int = 1) -> np.ndarray:
     "For each column of the mesh at `resolution` (32k of them), whether the hem is above the neck."
@@ -173,17 +246,21 @@ class Controls:
     tie_lengths: np.ndarray | None
     gravity_on: np.ndarray
     tolerance: float | None
+    tie_stiffness: float | None = None      # N/m per pair; None: the solver's default
 
 class Choreographer:
-    "Runs `TIMELINE` against a bag scene whose mesh is at `resolution`."
-    def __init__(self, timeline=None, n_spheres: int = len(SPHERE_RADII), resolution: int = 1):
+    "Runs a timeline (default: `choreography`'s, itself default `Choreography()`) against a bag scene whose mesh is at `resolution`."
+    def __init__(self, timeline=None, n_spheres: int = len(SPHERE_RADII), resolution: int = 1,
+                 choreography: Choreography | None = None):
         self.resolution = check_resolution(resolution)
-        self.rows = sorted(TIMELINE if timeline is None else timeline, key=lambda r: (r[0], r[1]))   # None: the bag scene's TIMELINE
+        self.choreography = choreography or Choreography()
+        rows = self.choreography.timeline() if timeline is None else timeline
+        self.rows = sorted(rows, key=lambda r: (r[0], r[1]))
         self.started = [False] * len(self.rows)
         self.moves = {}                 # row index -> (group, anchor, goal or None)
         self.held = {}                  # group -> targets (n, 3)
         self.gravity_on = np.zeros(n_spheres, bool)
-        self.tie = None                 # (pairs, L0, shrink, start, end)
+        self.tie = None                 # (pairs, L0, shrink, start, end, stiffness)
         self.tolerance = None
 
     def _start(self, i, row, x):
@@ -198,10 +275,11 @@ class Choreographer:
             if not up.all():
                 raise ScenarioCheckFailed(f"at t = {t0:.2f} s, {int((~up).sum())} of {len(up)} columns do not point upward (columns {np.flatnonzero(~up).tolist()})")
         elif action == "tie":
-            pairs = tie_pairs(self.resolution); L0 = np.linalg.norm(x[pairs[:, 0]] - x[pairs[:, 1]], axis=1)
-            self.tie = (pairs, L0, p["shrink"], t0, t1)
+            pairs = tie_pairs(self.resolution, self.choreography)
+            L0 = np.linalg.norm(x[pairs[:, 0]] - x[pairs[:, 1]], axis=1)
+            self.tie = (pairs, L0, p["shrink"], t0, t1, p.get("stiffness"))
         else:
-            parts = group_particles(group, self.resolution)
+            parts = group_particles(group, self.resolution, self.choreography)
             anchor = self.held.get(group, x[parts]).copy()
             goal = _goal(p["goal"], parts, x, p, self.resolution) if action == "goto" else None
             self.moves[i] = (group, anchor, goal)
@@ -229,12 +307,13 @@ class Choreographer:
             s = _smooth((t - row[0]) / (row[1] - row[0])) if row[1] > row[0] else 1.0
             self.held[group] = self._target(row, anchor, goal, s)
             if t >= row[1]: del self.moves[i]
-        parts = [group_particles(g, self.resolution) for g in self.held]
+        ch, res = self.choreography, self.resolution
+        parts = [group_particles(g, res, ch) for g in self.held]
         idx = np.concatenate(parts) if parts else np.zeros(0, np.int32)
         tg = np.concatenate([self.held[g] for g in self.held]) if parts else np.zeros((0, 3))
-        k = np.concatenate([np.full(len(pg), group_stiffness(g, self.resolution)) for g, pg in zip(self.held, parts)]) if parts else np.zeros(0)
-        pairs = lengths = None
+        k = np.concatenate([np.full(len(pg), group_stiffness(g, res, ch)) for g, pg in zip(self.held, parts)]) if parts else np.zeros(0)
+        pairs = lengths = k_tie = None
         if self.tie is not None:
-            pairs, L0, shrink, t0, t1 = self.tie
+            pairs, L0, shrink, t0, t1, k_tie = self.tie
             lengths = L0 * (1.0 - _smooth((t - t0) / (t1 - t0)) * (1.0 - shrink))
-        return Controls(idx.astype(np.int32), tg, k, pairs, lengths, self.gravity_on.copy(), self.tolerance)
+        return Controls(idx.astype(np.int32), tg, k, pairs, lengths, self.gravity_on.copy(), self.tolerance, k_tie)

@@ -58,9 +58,11 @@ INCLINE_PLANE = np.array([[-1.0, -1.5], [2.0, 0.0], [-1.0, 1.5]])   # the plane 
 
 def incline_scene(theta_deg: float, body: str = "sphere", *, radius: float = 0.01, density: float = 250.0,
                   patch: float = 0.02, n: int = 5, film=None, gravity: float = 9.81, min_gap: float = 3.0e-5,
-                  dhat: float = 1.0e-3, kappa: float = 1000.0, device=None):
-    "A `body` ('sphere' or 'film') resting at its equilibrium gap on a fixed plane inclined by `theta_deg`; returns (model, body particle indices)."
+                  dhat: float = 1.0e-3, kappa: float = 1000.0, plane: str = "triangle", mu: float = 0.35, device=None):
+    """A `body` ('sphere' or 'film') resting at its equilibrium gap on a fixed plane inclined by `theta_deg`; returns (model, body particle indices).
+    `plane`: "triangle" (a fixed triangle of particles) or "shape" (Newton's infinite plane shape, its `shape_material_mu` = `mu`)."""
     if body not in ("sphere", "film"): raise ValueError(f"body must be 'sphere' or 'film', got {body!r}")
+    if plane not in ("triangle", "shape"): raise ValueError(f"plane must be 'triangle' or 'shape', got {plane!r}")
     if not 0 <= theta_deg < 90: raise ValueError(f"theta_deg must be in [0, 90), got {theta_deg}")
     theta = math.radians(theta_deg)
     d, e, nrm = incline_frame(theta)
@@ -80,8 +82,13 @@ def incline_scene(theta_deg: float, body: str = "sphere", *, radius: float = 0.0
         add_mesh(b, V, grid_faces(n), density=film.areal_density, mu=film.mu, lam=film.lam)
         set_hinge_stiffness(b, first, film.D, rule="reference")
         idx = np.arange(n * n)
-    P = INCLINE_PLANE[:, :1] * d + INCLINE_PLANE[:, 1:] * e
-    add_mesh(b, P, np.array([[0, 1, 2]], np.int32), density=0.0)
+    if plane == "triangle":
+        P = INCLINE_PLANE[:, :1] * d + INCLINE_PLANE[:, 1:] * e
+        add_mesh(b, P, np.array([[0, 1, 2]], np.int32), density=0.0)
+    else:                                  # the shape's z axis turned onto the slope's normal
+        cfg = newton.ModelBuilder.ShapeConfig(mu=mu)
+        b.add_shape_plane(body=-1, xform=wp.transform(wp.vec3(0.0, 0.0, 0.0), wp.quat_from_axis_angle(wp.vec3(0.0, 1.0, 0.0), theta)),
+                          width=0.0, length=0.0, cfg=cfg)
     model = b.finalize(device=device)
     if body == "film":                     # every vertex at the gap that carries its own weight
         m = model.particle_mass.numpy()[idx].astype(np.float64)
@@ -93,9 +100,9 @@ def incline_scene(theta_deg: float, body: str = "sphere", *, radius: float = 0.0
 
 # %% ../../nbs/21_incline.ipynb #238e1220
 def slide_on_incline(theta_deg: float, body: str = "sphere", *, mu: float = 0.35, steps: int = 60, dt: float = 1 / 240,
-                     tolerance: float = 1.0e-8, gravity: float = 9.81, device=None, **options) -> dict:
+                     tolerance: float = 1.0e-8, gravity: float = 9.81, plane: str = "triangle", device=None, **options) -> dict:
     "Simulate `body` on an incline of `theta_deg` degrees for `steps` steps; measured vs expected motion down the slope."
-    model, idx = incline_scene(theta_deg, body, gravity=gravity, device=device)
+    model, idx = incline_scene(theta_deg, body, gravity=gravity, plane=plane, mu=mu, device=device)
     solver = SolverIPC(model, friction=mu, tolerance=tolerance, membrane="neohookean", **options)
     theta = math.radians(theta_deg)
     d, e, nrm = incline_frame(theta)

@@ -11,6 +11,7 @@ import json
 import math
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +30,10 @@ from .distance_refs import film_obstacle_distance
 from .vbd import compare_vbd, save_side_by_side
 from ..ccd import step_bound
 from ..elastic import hinge_angle, hinge_derivatives
-from ..scenes.bag_cli import number_type, resolution_type, check_writable, write_text_atomic
+from ..scenes.bag_cli import number_type, resolution_type, write_text_atomic
 from ..scenes.bag_measure import measure, neck_width
-from ..scenes.bag_run import BadInput, TrajectoryWriteError, apply_controls, load_trajectory, read_trajectory, run_bag
+from ..scenes.bag_run import (BadInput, TrajectoryWriteError, apply_controls, check_writable, load_trajectory, output_lock,
+                                         read_trajectory, run_bag)
 from ..scenes.bag_scene import BagScene, DT
 from ..scenes.choreography import Choreographer, TIMELINE
 from ..scenes.test_scenes import through_face_scene
@@ -385,20 +387,27 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _check_outputs(args):
     "Every file `main` will write, checked before the first check runs: `BadInput` naming the path."
-    if args.report: check_writable(args.report, "--report")
+    if args.report is not None: check_writable(args.report, "--report")
     if args.full: check_writable(args.bag_out, "--bag-out")
     if args.vbd > 0:
         check_writable(args.vbd_out, "--vbd-out")
-        if args.vbd_ipc: read_trajectory(args.vbd_ipc, args.vbd_resolution, "--vbd-resolution")
+        if args.vbd_ipc is not None: read_trajectory(args.vbd_ipc, args.vbd_resolution, "--vbd-resolution")
 
 def main(argv=None) -> int:
     "Entry point of `newtonipc-validate`: 0 when every check passes (skipped checks are not failures), 1 otherwise, 2 when an output cannot be written (one line, before any check)."
     args = parse_args(argv)
-    try:
-        _check_outputs(args)
-    except BadInput as e:
-        print(f"newtonipc-validate: {e}", file=sys.stderr)
-        return 2
+    with ExitStack() as held:
+        try:
+            _check_outputs(args)
+            for path, flag, used in ((args.report, "--report", args.report is not None), (args.bag_out, "--bag-out", args.full),
+                                     (args.vbd_out, "--vbd-out", args.vbd > 0)):
+                if used: held.enter_context(output_lock(path, flag))       # one writer per file, for the whole run
+        except BadInput as e:
+            print(f"newtonipc-validate: {e}", file=sys.stderr)
+            return 2
+        return _validate(args)
+
+def _validate(args) -> int:
     wp.config.log_level = wp.LOG_WARNING
     checks = run_validation(args.full, bag_out=args.bag_out)
     table = checks_table(checks)
@@ -414,7 +423,7 @@ def main(argv=None) -> int:
             print(f"\nIPC vs Newton VBD, {args.vbd:.2f} s of the bag choreography:\n" + sbs.to_string(index=False))
         report["vbd_side_by_side"] = sbs.to_dict(orient="records")
         report["vbd_trajectories"] = str(args.vbd_out)
-    if args.report:
+    if args.report is not None:
         try:
             write_text_atomic(Path(args.report), json.dumps(report, indent=2, ensure_ascii=False))
         except TrajectoryWriteError as e:

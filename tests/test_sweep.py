@@ -1,0 +1,203 @@
+"""newtonipc-sweep: bad sweep files refused in one line; the same rows on the embedded cluster and on a hand-started
+TCP cluster; a worker killed mid-sweep; a rerun after Ctrl-C runs only the missing tasks; failed rows and --retry-failed."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from newtonipc_nb.scenes.bag_run import BadInput
+from newtonipc_nb.scenes.bag_scene import DT
+from newtonipc_nb.scenes.sweep import RUN_METADATA, THREAD_ENV, Task, main, pending, read_row, read_sweep, run_sweep, run_task
+
+BIN = Path(sys.executable).parent
+# Four short runs whose keys change the film's motion from the first step (the tie only acts at 8.4 s)
+GRID = """name = "grid"
+[base]
+until = 0.05
+[grid]
+E = [2.0e8, 3.15e8]
+friction = [0.2, 0.35]
+"""
+
+
+def rows(table: pd.DataFrame) -> pd.DataFrame:
+    "A sweep's table without the columns that differ between two runs of the same task (times, worker)."
+    return table.drop(columns=[c for c in RUN_METADATA if c in table.columns]).reset_index(drop=True)
+
+
+def exit_code(argv) -> int:
+    "`newtonipc-sweep argv`'s exit code, run in this process (argparse's errors exit through SystemExit)."
+    try: return main(argv)
+    except SystemExit as e: return e.code
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class HandCluster:
+    "`dask scheduler` and `dask worker` processes on localhost over TCP, as a user starts them; stopped on exit."
+    def __init__(self, tmp: Path, n_workers: int = 2):
+        self.address = f"tcp://127.0.0.1:{free_port()}"
+        env = {**os.environ, **THREAD_ENV}
+        log = open(tmp / "cluster.log", "ab")
+        port = self.address.rsplit(":", 1)[1]
+        self.procs = [subprocess.Popen([BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"],
+                                       stdout=log, stderr=log, env=env)]
+        self.workers = [subprocess.Popen([BIN / "dask", "worker", self.address, "--nthreads", "1", "--no-nanny",
+                                          "--no-dashboard", "--name", f"w{i}"], stdout=log, stderr=log, env=env)
+                        for i in range(n_workers)]
+        self.procs += self.workers
+        self.n_workers = n_workers
+
+    def __enter__(self):
+        from dask.distributed import Client
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            try:
+                with Client(self.address, timeout="5s") as c:
+                    if len(c.scheduler_info(n_workers=-1)["workers"]) == self.n_workers: return self
+            except OSError: pass
+            time.sleep(1)
+        self.__exit__()
+        raise RuntimeError(f"the hand-started cluster at {self.address} did not come up")
+
+    def __exit__(self, *exc):
+        for p in self.procs[::-1]:
+            if p.poll() is None: p.terminate()
+        for p in self.procs:
+            try: p.wait(timeout=30)
+            except subprocess.TimeoutExpired: p.kill(); p.wait()
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    "The 2 × 2 sweep file and its rows on the embedded LocalCluster with 2 workers."
+    tmp = tmp_path_factory.mktemp("sweep")
+    (tmp / "grid.toml").write_text(GRID)
+    sweep = read_sweep(tmp / "grid.toml")
+    table = run_sweep(sweep, tmp / "local", workers=2, progress=False, say=lambda m: None)
+    assert (table["status"] == "done").all(), table[["status", "error"]]
+    return tmp, sweep, table
+
+
+def test_bad_files_one_line_exit_2(tmp_path, capsys):
+    bad = {"unknown.toml": ("[grid]\ntie_shrnk = [0.1, 0.2]\n", "[grid] tie_shrnk: unknown key (did you mean 'tie_shrink'?)"),
+           "value.toml": ("[grid]\ntie_shrink = [0.2, 1.5]\n", "[grid] tie_shrink must be in (0, 1], got 1.5"),
+           "type.toml": ("[base]\nuntil = 'long'\n", "[base] until must be a finite time"),
+           "solver.toml": ("[[variants]]\nname = 'x'\nkappa = -1.0\n", "[[variants]] 'x' kappa must be a finite number > 0"),
+           "table.toml": ("[gird]\nE = [1e8]\n", "gird: unknown top-level key"),
+           "toml.toml": ("[grid\n", "not valid TOML"),
+           "binary.toml": (b"\xff\xfe\x00", "cannot read it")}
+    for name, (text, expected) in bad.items():
+        p = tmp_path / name
+        p.write_bytes(text) if isinstance(text, bytes) else p.write_text(text)
+        assert exit_code([str(p)]) == 2, name
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1, (name, err)
+        assert expected in err and str(p) in err, (name, err)
+        assert not p.with_suffix("").exists(), name          # no sweep folder: nothing started
+    for argv, expected in (([str(tmp_path / "none.toml")], "none.toml: no such file"),
+                           ([str(tmp_path)], "is a directory, not a sweep file"),
+                           ([str(tmp_path / "value.toml"), "--workers", "0"], "--workers")):
+        assert exit_code(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert expected in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_failed_run_is_a_row_and_reruns_only_with_retry(tmp_path):
+    (tmp_path / "s.toml").write_text("[grid]\nuntil = [0.0125]\n")
+    sweep = read_sweep(tmp_path / "s.toml")
+    broken = Task("broken", "", dict(until=3 * DT, max_iterations=0))    # refused by SolverIPC inside the task
+    row = run_task(broken, tmp_path)
+    assert row["status"] == "failed" and row["error"].startswith("ValueError: SolverIPC: option max_iterations")
+    assert "\n" not in row["error"] and read_row(tmp_path, broken)["status"] == "failed"
+    assert pending(sweep, tmp_path) == sweep.tasks
+    swept = Task(sweep.tasks[0].id, "", dict(until=3 * DT, max_iterations=0))
+    run_task(swept, tmp_path)                                             # the sweep's task, failed
+    assert pending(sweep, tmp_path) == [] and pending(sweep, tmp_path, retry_failed=True) == sweep.tasks
+
+
+def test_same_rows_on_a_hand_started_tcp_cluster(grid):
+    tmp, sweep, local = grid
+    with HandCluster(tmp) as cluster:
+        table = run_sweep(sweep, tmp / "tcp", scheduler=cluster.address, progress=False, say=lambda m: None)
+    pd.testing.assert_frame_equal(rows(table), rows(local))
+    assert len({w.split(":")[1] for w in table["worker"]}) == 2         # both workers ran tasks
+    assert (tmp / "tcp" / "sweep.parquet").exists() and (tmp / "tcp" / "sweep.csv").exists()
+    pd.testing.assert_frame_equal(rows(pd.read_parquet(tmp / "tcp" / "sweep.parquet")), rows(local))
+
+
+def test_worker_killed_mid_sweep(grid):
+    from dask.distributed import Client
+    tmp, sweep, local = grid
+    with HandCluster(tmp) as cluster:
+        result = {}
+        t = threading.Thread(target=lambda: result.update(table=run_sweep(sweep, tmp / "killed", scheduler=cluster.address,
+                                                                          progress=False, say=lambda m: None)))
+        t.start()
+        killed = None
+        with Client(cluster.address) as c:
+            pids = c.run(os.getpid)
+            deadline = time.time() + 300
+            while killed is None and time.time() < deadline:
+                busy = [w for w, keys in c.processing().items() if keys]
+                if busy:
+                    killed = pids[busy[0]]
+                    os.kill(killed, signal.SIGKILL)
+                time.sleep(0.2)
+        t.join(timeout=600)
+        assert killed is not None and not t.is_alive()
+    table = result["table"]
+    assert (table["status"] == "done").all()
+    assert all(int(w.split(":")[1]) != killed for w in table["worker"])   # every row came from the surviving worker
+    pd.testing.assert_frame_equal(rows(table), rows(local))
+
+
+def test_rerun_after_ctrl_c_runs_only_missing_tasks(tmp_path):
+    (tmp_path / "three.toml").write_text("[base]\nuntil = 0.0125\n[grid]\nfriction = [0.2, 0.3, 0.35]\n")
+    cmd = [BIN / "newtonipc-sweep", tmp_path / "three.toml", "--workers", "1"]
+    folder = tmp_path / "three"
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    while not list(folder.glob("*.json")) and time.time() < deadline and p.poll() is None: time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 130, out
+    assert "interrupted:" in out and "run the same command again" in out
+    first = {f.name: f.stat().st_mtime_ns for f in folder.glob("*.json")}
+    assert 1 <= len(first) < 3, first
+    done = pd.read_csv(folder / "sweep.csv")
+    assert (done["status"] == "done").sum() == len(first)                    # the table holds the finished rows
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert f"3 runs: {len(first)} already in {folder}, {3 - len(first)} to run" in out.stderr
+    assert all(folder.joinpath(n).stat().st_mtime_ns == m for n, m in first.items())   # finished rows untouched
+    assert (pd.read_parquet(folder / "sweep.parquet")["status"] == "done").all()
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "3 already in" in again.stderr and "Dask:" not in again.stderr
+
+
+def test_resume_key_continues_a_saved_run(tmp_path):
+    run_task(Task("prefix", "", dict(until=4 * DT)), tmp_path)
+    (tmp_path / "r.toml").write_text('[base]\nuntil = 0.025\nresume = "prefix.npz"\nresume_at = 0.0083333\n'
+                                     '[grid]\ntie_shrink = [0.1, 0.2]\n')
+    sweep = read_sweep(tmp_path / "r.toml")
+    assert sweep.tasks[0].params["resume"] == str(tmp_path / "prefix.npz")    # relative to the sweep file
+    row = run_task(sweep.tasks[0], tmp_path)
+    assert row["status"] == "done" and row["frames"] == 7 and row["resumed"].startswith("resumed at t = 0.0083 s")
+    for text, expected in (('[base]\nresume = "nope.npz"\n', "[base] resume " + str(tmp_path / "nope.npz") + ": no such file"),
+                           ('[base]\nuntil = 0.005\nresume = "prefix.npz"\n', "[base] until must be later than the frame"),
+                           ("[base]\nresume_at = 1.0\n", "[base] resume_at needs resume")):
+        (tmp_path / "b.toml").write_text(text)
+        with pytest.raises(BadInput, match=re.escape(expected)): read_sweep(tmp_path / "b.toml")
