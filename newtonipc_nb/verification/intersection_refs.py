@@ -46,13 +46,13 @@ def pair_intersects_reference(vertices, fi, fj) -> bool:
     if len(shared) == 2: return any(any(cross(sub(shared[1], shared[0]), off(p))) for p in S)
     return False
 
-# %% ../../nbs/34_intersection_references.ipynb #344d2495
+# %% ../../nbs/34_intersection_references.ipynb #95e20250
 def box_overlap_pairs(vertices, faces) -> np.ndarray:
     "Pairs (k, 2) of faces i < j whose closed FP64 bounding boxes overlap (numpy, all pairs)."
     T = np.asarray(vertices, np.float64)[np.asarray(faces)]; lo, hi = T.min(1), T.max(1)
     return np.argwhere(np.triu(np.all((lo[:, None] <= hi[None]) & (lo[None] <= hi[:, None]), axis=2), 1))
 
-# %% ../../nbs/34_intersection_references.ipynb #ff67941e
+# %% ../../nbs/34_intersection_references.ipynb #a1c6e42d
 def reference_intersecting_pairs(vertices, faces) -> np.ndarray:
     "`intersecting_pairs` by the exact reference, run on the box-overlapping pairs only (slow: ≈ 35 µs per pair)."
     F = np.asarray(faces)
