@@ -8,6 +8,10 @@ import pytest
 import warp as wp
 
 from newtonipc_nb import ccd
+from newtonipc_nb.intersections import count_intersections, intersecting_pairs, tri_tri_intersect_exact
+from newtonipc_nb.scenes.test_scenes import bag_step_states, crumpled_sheet, flat_crumpled_sheet, folded_sheet, grid_sheet, random_soup, through_face_scene
+from newtonipc_nb.verification.ccd_refs import CCD_QUERY_KINDS, ccd_query_report, ipctk_step_bound, load_ccd_queries
+from newtonipc_nb.verification.intersection_refs import box_overlap_pairs, ipctk_has_intersections, pair_intersects_reference, reference_intersecting_pairs
 from newtonipc_nb.distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT, edge_edge_distance, vertex_face_distance
 from newtonipc_nb.candidates import CandidateSearch
 from newtonipc_nb.barrier import ContactSet
@@ -136,7 +140,7 @@ def test_iteration_cap_returns_safe_time():
 # ---------------------------------------------------------------- solver-facing step bound
 
 def test_through_face_scene_seed_alpha():
-    x, dx, cs = ccd.through_face_scene()
+    x, dx, cs = through_face_scene()
     a_n = ccd.step_bound(cs, x, dx, method="normal")
     a_a = ccd.step_bound(cs, x, dx)
     assert abs(a_n - 0.44775) < 1e-12
@@ -162,7 +166,7 @@ def test_step_bound_sphere_kinds():
 
 
 def test_step_bound_accepts_warp_arrays_and_validates():
-    x, dx, cs = ccd.through_face_scene()
+    x, dx, cs = through_face_scene()
     a = ccd.step_bound(cs, wp.array(x, dtype=wp.vec3d, device="cpu"), wp.array(dx, dtype=wp.vec3d, device="cpu"))
     assert a == ccd.step_bound(cs, x, dx)
     with pytest.raises(ValueError, match="dx must hold one vec3d per particle"): ccd.step_bound(cs, x, dx[:3])
@@ -207,17 +211,17 @@ def test_fp32_gap_check():
 # ---------------------------------------------------------------- sample queries (Wang et al. 2021)
 
 def test_sample_queries_subset_no_false_negatives():
-    batches = ccd.load_ccd_queries(QUERIES, limit_per_file=40)
-    assert {b.kind for b in batches} == set(ccd.CCD_QUERY_KINDS) and len({b.scene for b in batches}) >= 10
+    batches = load_ccd_queries(QUERIES, limit_per_file=40)
+    assert {b.kind for b in batches} == set(CCD_QUERY_KINDS) and len({b.scene for b in batches}) >= 10
     assert all(b.exact_in_fp64 for b in batches)
-    rep = ccd.ccd_query_report(batches, with_ipctk=False)
+    rep = ccd_query_report(batches, with_ipctk=False)
     assert rep.ours_FN.sum() == 0 and rep.normal_FN.sum() == 0
     assert rep.collisions.sum() > 50
 
 
 @pytest.mark.slow
 def test_sample_queries_full_no_false_negatives_beside_ipctk():
-    rep = ccd.ccd_query_report(ccd.load_ccd_queries(QUERIES), with_ipctk=True)
+    rep = ccd_query_report(load_ccd_queries(QUERIES), with_ipctk=True)
     assert rep.queries.sum() > 7000
     assert rep.ours_FN.sum() == 0 and rep.normal_FN.sum() == 0
     # same algorithm, same η: the false-positive rates agree with ipctk's within a percent point per group
@@ -229,14 +233,14 @@ def test_sample_queries_full_no_false_negatives_beside_ipctk():
 def test_count_intersections_rest_bag_and_validation():
     V, F = bag_mesh()
     st = {}
-    assert len(ccd.intersecting_pairs(V, F, stats=st)) == 0 and st["undecided"] == 0
-    with pytest.raises(ValueError, match="outside"): ccd.count_intersections(V, F + 1000)
-    with pytest.raises(ValueError, match=r"shape \(n, 3\)"): ccd.count_intersections(V[:, :2], F)
+    assert len(intersecting_pairs(V, F, stats=st)) == 0 and st["undecided"] == 0
+    with pytest.raises(ValueError, match="outside"): count_intersections(V, F + 1000)
+    with pytest.raises(ValueError, match=r"shape \(n, 3\)"): count_intersections(V[:, :2], F)
     # pushing one hem vertex through the opposite wall creates intersections, exactly the exact reference's
     X = V.copy(); i = 470; X[i] = -X[i] * [1.2, 1.2, 1.0]
-    pairs = ccd.intersecting_pairs(X, F)
-    assert len(pairs) > 0 and _pairs(pairs) == _pairs(ccd.reference_intersecting_pairs(X, F))
-    assert all(ccd.tri_tri_intersect_exact(X[F[a]], X[F[b]]) for a, b in pairs)
+    pairs = intersecting_pairs(X, F)
+    assert len(pairs) > 0 and _pairs(pairs) == _pairs(reference_intersecting_pairs(X, F))
+    assert all(tri_tri_intersect_exact(X[F[a]], X[F[b]]) for a, b in pairs)
 
 
 # ---------------------------------------------------------------- adjacent triangles, against the exact reference
@@ -247,7 +251,7 @@ def _pairs(a):
 
 def _both(V, F):
     "(ours, reference) verdicts of a mesh as sorted pair lists."
-    return _pairs(ccd.intersecting_pairs(V, F)), _pairs(ccd.reference_intersecting_pairs(V, F))
+    return _pairs(intersecting_pairs(V, F)), _pairs(reference_intersecting_pairs(V, F))
 
 
 # s = 0, P = (0, 1, 2) in z = 0; the rest are the other corners of the hand cases
@@ -268,19 +272,19 @@ def _check_hand(cases):
     for V in (HAND_V, _tilted(HAND_V)):
         for name, (a, b, want) in cases.items():
             F = np.array([a, b], np.int32)
-            assert ccd.pair_intersects_reference(V, a, b) == want, name
-            assert ccd.count_intersections(V, F) == int(want), name
-            assert ccd.count_intersections(V, F[::-1]) == int(want), name                # either order
-            assert ccd.count_intersections(V, np.roll(F, 1, axis=1)) == int(want), name  # any rotation of the corners
+            assert pair_intersects_reference(V, a, b) == want, name
+            assert count_intersections(V, F) == int(want), name
+            assert count_intersections(V, F[::-1]) == int(want), name                # either order
+            assert count_intersections(V, np.roll(F, 1, axis=1)) == int(want), name  # any rotation of the corners
 
 
 def test_shared_vertex_crossing_one_ring():
     # crumpled sheet 144: the edge (56, 57) of face (56, 57, 49) passes through face (40, 48, 49); the two share vertex 49
-    V, F = ccd.crumpled_sheet(np.random.default_rng(144))
+    V, F = crumpled_sheet(np.random.default_rng(144))
     assert sorted(set(F[70]) & set(F[85])) == [49] and {56, 57} <= set(F[85]) and sorted(F[70]) == [40, 48, 49]
     ours, ref = _both(V, F)
     assert ours == ref == [(70, 85)]
-    assert ccd.count_intersections(V, F) == 1 and ccd.ipctk_has_intersections(V, F)
+    assert count_intersections(V, F) == 1 and ipctk_has_intersections(V, F)
     _check_hand({"opposite edge through the neighbour": ([0, 1, 2], [0, 3, 4], True),
                  "touching at the shared vertex only": ([0, 1, 2], [0, 5, 6], False)})
 
@@ -300,16 +304,16 @@ def test_shared_vertex_coplanar_overlap():
 
 
 def test_adjacent_pairs_that_only_touch_do_not_count():
-    V, F = ccd.grid_sheet(8)
+    V, F = grid_sheet(8)
     R = np.linalg.qr(np.random.default_rng(0).standard_normal((3, 3)))[0]
     spiky = V.copy(); spiky[:, 2] = 0.3 * np.random.default_rng(1).standard_normal(len(V))   # a graph over xy: never through itself
     for X in (V, _tilted(V), V @ R.T, 0.2 + V @ R.T, spiky, spiky @ R.T):
         assert _both(X, F) == ([], [])
     Vb, Fb = bag_mesh()
-    assert len(ccd.box_overlap_pairs(Vb, Fb)) > 4000 and ccd.reference_intersecting_pairs(Vb, Fb).size == 0
+    assert len(box_overlap_pairs(Vb, Fb)) > 4000 and reference_intersecting_pairs(Vb, Fb).size == 0
     # zero-area faces and repeated faces: nothing beyond what is shared
     V = HAND_V
-    assert ccd.count_intersections(V, np.array([[0, 1, 2], [0, 1, 2], [0, 0, 3], [3, 4, 4]], np.int32)) == 0
+    assert count_intersections(V, np.array([[0, 1, 2], [0, 1, 2], [0, 0, 3], [3, 4, 4]], np.int32)) == 0
 
 
 def test_count_intersections_matches_exact_reference_1000():
@@ -317,7 +321,7 @@ def test_count_intersections_matches_exact_reference_1000():
     kinds = {"crumpled": np.zeros(3, int), "flat": np.zeros(3, int)}
     bad = []
     for i in range(1000):
-        V, F = ccd.crumpled_sheet(rng) if i % 2 == 0 else ccd.flat_crumpled_sheet(rng, tilted=i % 4 == 3)
+        V, F = crumpled_sheet(rng) if i % 2 == 0 else flat_crumpled_sheet(rng, tilted=i % 4 == 3)
         ours, ref = _both(V, F)
         if ours != ref: bad.append((i, sorted(set(ref) - set(ours)), sorted(set(ours) - set(ref))))
         shared = np.array([len(set(F[a]) & set(F[b])) for a, b in ref], int)
@@ -331,8 +335,8 @@ def _agreement(n_meshes, seed):
     rng = np.random.default_rng(seed)
     ours, ref = [], []
     for i in range(n_meshes):
-        V, F = ccd.random_soup(rng) if i % 2 else ccd.folded_sheet(rng)
-        ours.append(ccd.count_intersections(V, F) > 0); ref.append(ccd.ipctk_has_intersections(V, F))
+        V, F = random_soup(rng) if i % 2 else folded_sheet(rng)
+        ours.append(count_intersections(V, F) > 0); ref.append(ipctk_has_intersections(V, F))
     return np.array(ours), np.array(ref)
 
 
@@ -353,12 +357,12 @@ def test_count_intersections_agrees_with_ipctk_1000():
 
 def test_bag_step_bound_beside_ipctk():
     model = bag_film_model()
-    x, dx, F = ccd.bag_step_states(seed=0)
+    x, dx, F = bag_step_states(seed=0)
     search = CandidateSearch(model, dhat=1e-3, min_gap=3e-5)
     cs = search.update(wp.array(x, dtype=wp.vec3d), wp.array(x + dx, dtype=wp.vec3d))
     a = ccd.step_bound(cs, x, dx)
-    a_ref = ccd.ipctk_step_bound(x, dx, F, 3e-5)
+    a_ref = ipctk_step_bound(x, dx, F, 3e-5)
     assert 0 < a < 1 and abs(a / a_ref - 1) < 1e-3
     assert ccd.fp32_gap_check(cs, x + a * dx)[0]
-    assert sum(ccd.count_intersections(x + s * a * dx, F) for s in np.linspace(0, 1, 5)) == 0
-    assert ccd.count_intersections(x + dx, F) > 0                     # the full step would pass layers through each other
+    assert sum(count_intersections(x + s * a * dx, F) for s in np.linspace(0, 1, 5)) == 0
+    assert count_intersections(x + dx, F) > 0                     # the full step would pass layers through each other
