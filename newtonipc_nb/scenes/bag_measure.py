@@ -128,7 +128,7 @@ def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame
     "The measurement table of a bag trajectory (a dict from `load_trajectory`, or a `Trajectory`): `measurement_row` for a reader."
     m = measurement_row(traj, at=at, device=device)
     res = m["resolution"]
-    rows = [("mesh resolution (rings × columns + centre)", f"{res} ({15 * res} × {32 * res} + 1 = {m['vertices']:,} vertices)", ""),
+    rows = [("mesh resolution (rings × columns, vertices)", f"{res} ({15 * res} × {32 * res}, {m['vertices']:,} vertices)", ""),
             ("time of the measured frame", f"{m['t']:.4f}", "s"),
             ("neck width x × y", f"{m['neck_x_mm']:.2f} × {m['neck_y_mm']:.2f}", "mm"),
             ("flap height", f"{m['flap_height_mm']:.2f}", "mm"),
