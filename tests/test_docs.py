@@ -357,7 +357,8 @@ def test_warp_functions_get_api_docs():
     md = show_doc(mod.barrier.func, name="barrier")._repr_markdown_()
     assert "### barrier\n" in md and "g:wp.float64, dhat:wp.float64, k:wp.float64" in md and ")->wp.float64" in md
     assert mod.barrier.func.__doc__ and mod.barrier.func.__doc__ in md
-    md = show_doc(mod.point_triangle_weights.func, name="point_triangle_weights")._repr_markdown_()
+    from newtonipc_nb.distances import point_triangle_weights
+    md = show_doc(point_triangle_weights.func, name="point_triangle_weights")._repr_markdown_()
     assert "### point_triangle_weights" in md and "p:wp.vec3d" in md and ")->wp.vec4d" in md
 
 

@@ -47,7 +47,7 @@ def test_linear_relative_residual_rows_pass_and_can_fail(monkeypatch):
     rows = v.residual_checks(v.linear_residual_table(systems), where)
     assert [r.check for r in rows] == EXPECTED[10:14]
     for r in rows:
-        assert r.passed is True and r.seed == "—", (r.check, r.measured)
+        assert r.passed is True and r.reference == "—", (r.check, r.measured)
         solved, unscaled = (float(x) for x in re.match(r"solved (\S+), unscaled (\S+) ", r.measured).groups())
         assert 0 < solved < 1e-7 and 0 < unscaled
         if "pcg" not in r.check: assert unscaled < 1e-7
