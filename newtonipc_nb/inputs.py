@@ -177,26 +177,37 @@ class IPCModel:
         "Validate a finalized `newton.Model` and copy its rest data to FP64 on `device` (default: the model's)."
         return _from_newton(cls, model, sphere_particles, device)
 
-# %% ../nbs/00_inputs.ipynb #9d69bd74
-def _from_newton(cls, model, sphere_particles, device):
-    device = str(wp.get_device(device if device is not None else model.device))
+# %% ../nbs/00_inputs.ipynb #22664d47
+def _particles(model):
+    "The particle arrays of `model` read to the host and checked: positions (n, 3), masses, flags and radii (n,)."
     q = _np(model.particle_q, "particle_q")
     n = q.shape[0] if q.ndim else 0
     _require(q, "particle_q", (n, 3), np.float32)
-    mass = _np(model.particle_mass, "particle_mass"); _require(mass, "particle_mass", (n,), np.float32)
-    flags = _np(model.particle_flags, "particle_flags"); _require(flags, "particle_flags", (n,), np.int32)
-    prad = _np(model.particle_radius, "particle_radius"); _require(prad, "particle_radius", (n,), np.float32)
-    if not np.all(np.isfinite(q)): raise ModelError(f"particle {_first_bad(~np.isfinite(q).all(1))} has a non-finite position {q[_first_bad(~np.isfinite(q).all(1))]}")
+    mass = _np(model.particle_mass, "particle_mass")
+    _require(mass, "particle_mass", (n,), np.float32)
+    flags = _np(model.particle_flags, "particle_flags")
+    _require(flags, "particle_flags", (n,), np.int32)
+    prad = _np(model.particle_radius, "particle_radius")
+    _require(prad, "particle_radius", (n,), np.float32)
+    if not np.all(np.isfinite(q)):
+        i = _first_bad(~np.isfinite(q).all(1))
+        raise ModelError(f"particle {i} has a non-finite position {q[i]}")
     if not np.all(np.isfinite(mass)): raise ModelError(f"particle {_first_bad(~np.isfinite(mass))} has a non-finite mass")
     if np.any(mass < 0): raise ModelError(f"particle {_first_bad(mass < 0)} has a negative mass {mass[_first_bad(mass < 0)]}")
     if not np.all(np.isfinite(prad)) or np.any(prad < 0):
-        i = _first_bad(~(np.isfinite(prad) & (prad >= 0))); raise ModelError(f"particle {i} has an invalid radius {prad[i]} (must be finite and ≥ 0)")
+        i = _first_bad(~(np.isfinite(prad) & (prad >= 0)))
+        raise ModelError(f"particle {i} has an invalid radius {prad[i]} (must be finite and ≥ 0)")
+    return q, mass, flags, prad
 
+# %% ../nbs/00_inputs.ipynb #8149c009
+def _triangles(model, xr, n):
+    "Triangles (t, 3), rest poses (t, 2, 2) FP64, materials (t, k) and rest areas (t,) of `model`, checked against `xr`."
     tri = _np(model.tri_indices, "tri_indices") if model.tri_count else np.zeros((0, 3), np.int32)
     t = tri.shape[0]
     _require(tri, "tri_indices", (t, 3), np.int32)
     if t and (tri.min() < 0 or tri.max() >= n):
-        i = _first_bad(((tri < 0) | (tri >= n)).any(1)); raise ModelError(f"triangle {i} references particle indices {tri[i]} outside 0..{n - 1}")
+        i = _first_bad(((tri < 0) | (tri >= n)).any(1))
+        raise ModelError(f"triangle {i} references particle indices {tri[i]} outside 0..{n - 1}")
     poses = _np(model.tri_poses, "tri_poses").reshape(-1, 2, 2) if t else np.zeros((0, 2, 2), np.float32)
     if poses.shape != (t, 2, 2): raise ModelError(f"model.tri_poses has {poses.shape[0]} entries for {t} triangles")
     mats = _np(model.tri_materials, "tri_materials") if t else np.zeros((0, 5), np.float32)
@@ -204,44 +215,64 @@ def _from_newton(cls, model, sphere_particles, device):
     poses = poses.astype(np.float64)
     det = np.linalg.det(poses) if t else np.zeros(0)
     area = np.where(np.isfinite(det) & (det != 0), 0.5 / np.abs(np.where(det == 0, 1, det)), 0.0)
-    xr = q.astype(np.float64)
-    geo_area = 0.5 * np.linalg.norm(np.cross(xr[tri[:, 1]] - xr[tri[:, 0]], xr[tri[:, 2]] - xr[tri[:, 0]]), axis=1) if t else np.zeros(0)
+    e1, e2 = xr[tri[:, 1]] - xr[tri[:, 0]], xr[tri[:, 2]] - xr[tri[:, 0]]
+    geo_area = 0.5 * np.linalg.norm(np.cross(e1, e2), axis=1) if t else np.zeros(0)
     bad = ~np.isfinite(poses).all((1, 2)) | ~(area > 0) | ~(geo_area > 0)
     if np.any(bad):
-        i = _first_bad(bad); raise ModelError(f"triangle {i} {tri[i].tolist()} is degenerate at rest (rest area A0 = {min(area[i], geo_area[i]):.3e} m² ≤ 0)")
+        i = _first_bad(bad)
+        raise ModelError(f"triangle {i} {tri[i].tolist()} is degenerate at rest "
+                         f"(rest area A0 = {min(area[i], geo_area[i]):.3e} m² ≤ 0)")
+    return tri, poses, mats, area
 
-    referenced = np.zeros(n, bool); referenced[tri.ravel()] = True
+# %% ../nbs/00_inputs.ipynb #86823105
+def _spheres(sphere_particles, tri, prad, n):
+    "Sphere-centre particle indices and the per-particle radius (0 for film particles), checked."
+    referenced = np.zeros(n, bool)
+    referenced[tri.ravel()] = True
     if sphere_particles is None:
         sphere = np.flatnonzero(~referenced).astype(np.int32)
     else:
         sphere = np.unique(np.asarray(sphere_particles)).astype(np.int32)
-        if sphere.size and (sphere.min() < 0 or sphere.max() >= n): raise ModelError(f"sphere_particles holds indices outside 0..{n - 1}")
+        if sphere.size and (sphere.min() < 0 or sphere.max() >= n):
+            raise ModelError(f"sphere_particles holds indices outside 0..{n - 1}")
         if np.any(referenced[sphere]):
-            p = sphere[referenced[sphere]][0]; i = _first_bad((tri == p).any(1))
+            p = sphere[referenced[sphere]][0]
+            i = _first_bad((tri == p).any(1))
             raise ModelError(f"triangle {i} {tri[i].tolist()} references sphere particle {p}")
-    radius = np.zeros(n); radius[sphere] = prad[sphere]
-    bad_sphere = sphere[~(radius[sphere] > 0)]
-    if bad_sphere.size: raise ModelError(f"sphere particle {bad_sphere[0]} has radius {radius[bad_sphere[0]]}; a sphere centre needs a radius > 0")
+    radius = np.zeros(n)
+    radius[sphere] = prad[sphere]
+    bad = sphere[~(radius[sphere] > 0)]
+    if bad.size: raise ModelError(f"sphere particle {bad[0]} has radius {radius[bad[0]]}; a sphere centre needs a radius > 0")
+    return sphere, radius
+
+# %% ../nbs/00_inputs.ipynb #0c411ae6
+def _from_newton(cls, model, sphere_particles, device):
+    device = str(wp.get_device(device if device is not None else model.device))
+    q, mass, flags, prad = _particles(model)
+    n, xr = q.shape[0], q.astype(np.float64)
+    tri, poses, mats, area = _triangles(model, xr, n)
+    sphere, radius = _spheres(sphere_particles, tri, prad, n)
     active = (flags & int(newton_particle_active())) != 0
     fixed = ((mass == 0) | ~active).astype(np.int32)
-
-    B = np.zeros((t, 3, 2)); B[:, 1, :] = poses[:, 0, :]; B[:, 2, :] = poses[:, 1, :]; B[:, 0, :] = -poses[:, 0, :] - poses[:, 1, :]
+    t = tri.shape[0]
+    B = np.zeros((t, 3, 2))
+    B[:, 1, :], B[:, 2, :] = poses[:, 0, :], poses[:, 1, :]
+    B[:, 0, :] = -poses[:, 0, :] - poses[:, 1, :]
     elastic = np.flatnonzero(~fixed[tri].astype(bool).all(1)).astype(np.int32) if t else np.zeros(0, np.int32)
-
     hinges, rest_angle, k_theta, edges = _hinges(model, xr, n, fixed)
+    gravity = model.gravity.numpy() if isinstance(model.gravity, wp.array) else model.gravity
     d = device
-    return cls(device=d,
-               rest_q=wp.array(xr, dtype=wp.vec3d, device=d), mass=wp.array(mass.astype(np.float64), dtype=wp.float64, device=d),
-               fixed=wp.array(fixed, dtype=wp.int32, device=d), radius=wp.array(radius, dtype=wp.float64, device=d),
-               tri=wp.array(tri, dtype=wp.int32, device=d), tri_B=wp.array(B, dtype=mat32d, device=d),
-               tri_area=wp.array(area, dtype=wp.float64, device=d),
-               tri_mu=wp.array(mats[:, 0].astype(np.float64), dtype=wp.float64, device=d),
-               tri_lam=wp.array(mats[:, 1].astype(np.float64), dtype=wp.float64, device=d),
-               elastic_tri=wp.array(elastic, dtype=wp.int32, device=d),
-               hinge=wp.array(hinges, dtype=wp.int32, device=d), hinge_rest_angle=wp.array(rest_angle, dtype=wp.float64, device=d),
-               hinge_k=wp.array(k_theta, dtype=wp.float64, device=d), edge=wp.array(edges, dtype=wp.int32, device=d),
-               sphere=wp.array(sphere, dtype=wp.int32, device=d),
-               gravity=np.asarray(model.gravity.numpy() if isinstance(model.gravity, wp.array) else model.gravity, dtype=np.float64).reshape(-1, 3)[0].copy())
+
+    def f64(a): return wp.array(a, dtype=wp.float64, device=d)
+
+    def i32(a): return wp.array(a, dtype=wp.int32, device=d)
+
+    return cls(device=d, rest_q=wp.array(xr, dtype=wp.vec3d, device=d), mass=f64(mass.astype(np.float64)),
+               fixed=i32(fixed), radius=f64(radius), tri=i32(tri), tri_B=wp.array(B, dtype=mat32d, device=d),
+               tri_area=f64(area), tri_mu=f64(mats[:, 0].astype(np.float64)),
+               tri_lam=f64(mats[:, 1].astype(np.float64)), elastic_tri=i32(elastic),
+               hinge=i32(hinges), hinge_rest_angle=f64(rest_angle), hinge_k=f64(k_theta), edge=i32(edges),
+               sphere=i32(sphere), gravity=np.asarray(gravity, dtype=np.float64).reshape(-1, 3)[0].copy())
 
 def newton_particle_active() -> int:
     "Newton's ACTIVE particle flag bit."

@@ -1,14 +1,23 @@
 """The bag scene end to end: the reference implementation's two-step smoke check, the first phase, the CLI's file, and the full run (slow)."""
+import errno
 import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import newtonipc_nb.scenes.bag_cli as bag_cli_module
 from newtonipc_nb.intersections import count_intersections
 from newtonipc_nb.scenes.bag_cli import main
 from newtonipc_nb.scenes.bag_measure import measure, neck_width
 from newtonipc_nb.scenes.bag_run import load_trajectory, run_bag
 from newtonipc_nb.scenes.bag_scene import BIN_HEIGHT, BIN_RADIUS, DT, HEM_RING, bag_mesh, ring_vertices
+
+from cli_helpers import BAG, cli, fake_run, one_line
 
 
 def test_bag_smoke_two_steps(tmp_path):
@@ -73,40 +82,8 @@ def test_resume_continues_a_saved_run(tmp_path):
 
 
 # --- `newtonipc-bag` never loses a finished run: the console script in subprocesses -------------------------------------
-import errno
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
-
-import newtonipc_nb.scenes.bag_cli as bag_cli_module
-
-BAG = Path(sys.executable).with_name("newtonipc-bag")
-
-
 def bag_cli(*args, timeout=600):
-    return subprocess.run([str(BAG), *map(str, args)], capture_output=True, text=True, timeout=timeout)
-
-
-def one_line(r, code, *says):
-    "The run exited `code` with a single stderr line, no traceback, containing every `says`; that line."
-    assert r.returncode == code, (r.returncode, r.stderr[-2000:])
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    for s in says: assert s in lines[0], (s, lines[0])
-    return lines[0]
-
-
-def fake_run(path, frames=5, **over):
-    "A file shaped like a saved run (the rest shape at every stored step): enough for the checks made before the first step."
-    v, f = bag_mesh()
-    d = dict(film=np.repeat(v[None].astype(np.float32), frames, 0), spheres=np.zeros((frames, 7, 3), np.float32), faces=f,
-             time=np.arange(frames) * DT, stopped=np.asarray("interrupted"))
-    d.update(over)
-    np.savez_compressed(path, **{k: x for k, x in d.items() if x is not None})
-    return path
+    return cli(BAG, *args, timeout=timeout)
 
 
 @pytest.mark.parametrize("argv, says", [

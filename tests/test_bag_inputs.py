@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,32 +20,7 @@ from newtonipc_nb.scenes.bag_scene import DT, bag_mesh
 from newtonipc_nb.scenes.reference import hinge_scene
 from newtonipc_nb.solver import SolverIPC
 
-BIN = Path(sys.executable).parent
-BAG, VALIDATE = BIN / "newtonipc-bag", BIN / "newtonipc-validate"
-
-
-def cli(prog, *args, timeout=600):
-    return subprocess.run([str(prog), *map(str, args)], capture_output=True, text=True, timeout=timeout)
-
-
-def one_line(r, code, *says):
-    "The command exited `code` with a single stderr line, no traceback, containing every `says`; that line."
-    assert r.returncode == code, (r.returncode, r.stderr[-2000:])
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    for s in says: assert s in lines[0], (s, lines[0])
-    return lines[0]
-
-
-def fake_run(path, frames=5, **over):
-    "A file shaped like a saved run at resolution 1 (the rest shape at every stored step)."
-    v, f = bag_mesh()
-    d = dict(film=np.repeat(v[None].astype(np.float32), frames, 0), spheres=np.zeros((frames, 7, 3), np.float32), faces=f,
-             time=np.arange(frames) * DT, stopped=np.asarray("interrupted"), step_t=(np.arange(1, frames) * DT))
-    d.update(over)
-    np.savez(path, **{k: x for k, x in d.items() if x is not None})
-    return path
-
+from cli_helpers import BAG, VALIDATE, cli, fake_run, one_line
 
 @pytest.fixture
 def nothing_computed(monkeypatch):

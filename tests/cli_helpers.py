@@ -1,0 +1,38 @@
+"""What the command-line tests share: run an installed console script, read its one-line error, and write a file
+shaped like a saved bag run."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from newtonipc_nb.scenes.bag_scene import DT, bag_mesh
+
+BIN = Path(sys.executable).parent
+BAG, VALIDATE = BIN / "newtonipc-bag", BIN / "newtonipc-validate"
+
+
+def cli(prog, *args, timeout=600):
+    "Run the console script `prog` with `args`; the completed process, output captured as text."
+    return subprocess.run([str(prog), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def one_line(r, code, *says):
+    "The command exited `code` with a single stderr line, no traceback, containing every `says`; that line."
+    assert r.returncode == code, (r.returncode, r.stderr[-2000:])
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    for s in says:
+        assert s in lines[0], (s, lines[0])
+    return lines[0]
+
+
+def fake_run(path, frames=5, **over):
+    "A file shaped like a saved run at resolution 1 (the rest shape at every stored step); `over` replaces entries."
+    v, f = bag_mesh()
+    d = dict(film=np.repeat(v[None].astype(np.float32), frames, 0), spheres=np.zeros((frames, 7, 3), np.float32),
+             faces=f, time=np.arange(frames) * DT, stopped=np.asarray("interrupted"),
+             step_t=(np.arange(1, frames) * DT))
+    d.update(over)
+    np.savez(path, **{k: x for k, x in d.items() if x is not None})
+    return path
