@@ -12,6 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 import pandas as pd
+from fastcore.basics import patch
 
 from .bag_scene import (N_COLUMNS, N_RINGS, SPHERE_RADII, TOL_RELEASED, bag_grid, bag_mesh,
                                            check_resolution, ring_and_column, ring_vertices)
@@ -40,7 +41,7 @@ TIGHTEN_RADIUS = 0.005      # m, distance from the neck's axis the band points a
 GATHER = (0.012, 0.020)     # m, (radius, height above the neck centre) the flap supports and grips are gathered to
 FLAP_LOWER = 0.015          # m, how far the five flap supports are lowered once the tie is on
 
-# %% ../../nbs/24_choreography.ipynb #e0340997
+# %% ../../nbs/24_choreography.ipynb #39fe17b3
 def _real(v, name: str, ok, rule: str) -> float:
     if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or not ok(v):
         raise ValueError(f"Choreography: {name} must be {rule}, got {v!r}")
@@ -78,53 +79,60 @@ class Choreography:
             raise ValueError(f"Choreography: band_rings must name distinct rings from the bottom up, got {list(rings)} (rings {at1} of {N_RINGS})")
         object.__setattr__(self, "band_rings", rings)
 
-    def band_ring_indices(self, resolution: int = 1) -> list[int]:
-        "The band rings on the mesh at `resolution`: resolution-1 ring r (nearest to the fraction) is ring k·r."
-        return [check_resolution(resolution) * round(f * N_RINGS) for f in self.band_rings]
+# %% ../../nbs/24_choreography.ipynb #33c6db0a
+@patch
+def band_ring_indices(self: Choreography, resolution: int = 1) -> list[int]:
+    "The band rings on the mesh at `resolution`: resolution-1 ring r (nearest to the fraction) is ring k·r."
+    return [check_resolution(resolution) * round(f * N_RINGS) for f in self.band_rings]
 
-    def band_column_indices(self, resolution: int = 1) -> list[int]:
-        "The band columns on the mesh at `resolution`: n = fraction × 32 points spread evenly over the resolution-1 columns, column c at k is k·c."
-        n = round(self.band_columns * N_COLUMNS)
-        return [check_resolution(resolution) * round(j * N_COLUMNS / n) for j in range(n)]
+@patch
+def band_column_indices(self: Choreography, resolution: int = 1) -> list[int]:
+    "The band columns on the mesh at `resolution`: n = fraction × 32 points spread evenly over the resolution-1 columns, column c at k is k·c."
+    n = round(self.band_columns * N_COLUMNS)
+    return [check_resolution(resolution) * round(j * N_COLUMNS / n) for j in range(n)]
 
-    def stiffness(self, group: str) -> float:
-        "Per-vertex stiffness (N/m) of support `group` at resolution 1."
-        return {**GROUP_STIFFNESS, "bands": self.band_stiffness, "flap": self.flap_stiffness}[group]
+@patch
+def stiffness(self: Choreography, group: str) -> float:
+    "Per-vertex stiffness (N/m) of support `group` at resolution 1."
+    return {**GROUP_STIFFNESS, "bands": self.band_stiffness, "flap": self.flap_stiffness}[group]
 
-    def table(self) -> pd.DataFrame:
-        "The parameters and their values."
-        return pd.DataFrame([(f.name, getattr(self, f.name)) for f in fields(self)], columns=["parameter", "value"])
+@patch
+def table(self: Choreography) -> pd.DataFrame:
+    "The parameters and their values."
+    return pd.DataFrame([(f.name, getattr(self, f.name)) for f in fields(self)], columns=["parameter", "value"])
 
-    def timeline(self) -> list:
-        "The scene's timeline with these parameters."
-        gather = dict(goal="gather", radius=self.gather_radius, height=self.gather_height)
-        return [
-            # (start s, end s, action, group, parameters, what it does)
-            (0.00, 0.72, "hold", "neck", {}, "hold the bag's neck at the rim, as a hand does"),
-            (0.00, 0.72, "fold", "hem", {}, "fold the top of the empty bag over the bin's rim"),
-            (0.80, 0.80, "release", "neck", {}, "let go of the neck: the bag hangs on the rim"),
-            *[(t, t, "drop", f"sphere {i}", dict(sphere=i), f"drop sphere {i} (R = {1000 * SPHERE_RADII[i]:.0f} mm)")
-              for i, t in enumerate(SPHERE_DROPS)],
-            (2.00, 2.00, "release", "hem", {}, "let go of the hem, keep two opposite hem points"),
-            (2.00, 3.00, "lift", "grips", dict(to_z=0.34), "lift two opposite hem points: the bag peels off the bin"),
-            (3.00, 3.80, "shift", "grips", dict(dx=SET_DOWN_SHIFT), "carry the bag beside the bin"),
-            (3.80, 4.60, "lift", "grips", dict(to_z=SET_DOWN_Z), "set the bag down: its bottom on the floor"),
-            (4.70, 4.70, "release", "grips", {}, "let go of the two hem points: the bag stands on the floor"),
-            (4.70, 6.05, "hold", "neck", {}, "hold the bag at the neck while the flap is turned up"),
-            (4.70, 6.05, "goto", "top_flap", dict(goal="flap_rest"), "unfold the top flap: the rings above the neck to their rest shape over it"),
-            (6.05, 6.05, "check", "film", dict(check="columns_up"), "every column points upward"),
-            (6.05, 6.05, "release", "top_flap", {}, "let go of the flap rings"),
-            (6.05, 6.05, "release", "neck", {}, "let go of the neck"),
-            (6.05, 9.40, "hold", "body", {}, "steady the bag on the floor while its top is gathered and tied"),
-            (6.05, 7.10, "goto", "flap", gather, "gather the flap towards the bag's axis"),
-            (6.05, 7.10, "goto", "grips", dict(gather), "gather the flap (and the grips)"),
-            (7.40, 8.40, "goto", "bands", dict(goal="tighten", radius=self.tighten_radius), "tighten the two neck bands while the flap is held"),
-            (8.40, 8.75, "tie", "bands", dict(shrink=self.tie_shrink, stiffness=self.tie_stiffness),
-             "switch the tie on and shrink it to its target length"),
-            (8.75, 9.40, "lift", "flap", dict(dz=-self.flap_lower), "lower the five flap supports"),
-            (9.40, 9.40, "release", "all", {}, "release every external support"),
-            (9.40, 9.40, "tolerance", "solver", dict(tolerance=TOL_RELEASED), "tighten the position tolerance to 0.0005 mm"),
-        ]
+# %% ../../nbs/24_choreography.ipynb #715cede9
+@patch
+def timeline(self: Choreography) -> list:
+    "The scene's timeline with these parameters."
+    gather = dict(goal="gather", radius=self.gather_radius, height=self.gather_height)
+    return [
+        # (start s, end s, action, group, parameters, what it does)
+        (0.00, 0.72, "hold", "neck", {}, "hold the bag's neck at the rim, as a hand does"),
+        (0.00, 0.72, "fold", "hem", {}, "fold the top of the empty bag over the bin's rim"),
+        (0.80, 0.80, "release", "neck", {}, "let go of the neck: the bag hangs on the rim"),
+        *[(t, t, "drop", f"sphere {i}", dict(sphere=i), f"drop sphere {i} (R = {1000 * SPHERE_RADII[i]:.0f} mm)")
+          for i, t in enumerate(SPHERE_DROPS)],
+        (2.00, 2.00, "release", "hem", {}, "let go of the hem, keep two opposite hem points"),
+        (2.00, 3.00, "lift", "grips", dict(to_z=0.34), "lift two opposite hem points: the bag peels off the bin"),
+        (3.00, 3.80, "shift", "grips", dict(dx=SET_DOWN_SHIFT), "carry the bag beside the bin"),
+        (3.80, 4.60, "lift", "grips", dict(to_z=SET_DOWN_Z), "set the bag down: its bottom on the floor"),
+        (4.70, 4.70, "release", "grips", {}, "let go of the two hem points: the bag stands on the floor"),
+        (4.70, 6.05, "hold", "neck", {}, "hold the bag at the neck while the flap is turned up"),
+        (4.70, 6.05, "goto", "top_flap", dict(goal="flap_rest"), "unfold the top flap: the rings above the neck to their rest shape over it"),
+        (6.05, 6.05, "check", "film", dict(check="columns_up"), "every column points upward"),
+        (6.05, 6.05, "release", "top_flap", {}, "let go of the flap rings"),
+        (6.05, 6.05, "release", "neck", {}, "let go of the neck"),
+        (6.05, 9.40, "hold", "body", {}, "steady the bag on the floor while its top is gathered and tied"),
+        (6.05, 7.10, "goto", "flap", gather, "gather the flap towards the bag's axis"),
+        (6.05, 7.10, "goto", "grips", dict(gather), "gather the flap (and the grips)"),
+        (7.40, 8.40, "goto", "bands", dict(goal="tighten", radius=self.tighten_radius), "tighten the two neck bands while the flap is held"),
+        (8.40, 8.75, "tie", "bands", dict(shrink=self.tie_shrink, stiffness=self.tie_stiffness),
+         "switch the tie on and shrink it to its target length"),
+        (8.75, 9.40, "lift", "flap", dict(dz=-self.flap_lower), "lower the five flap supports"),
+        (9.40, 9.40, "release", "all", {}, "release every external support"),
+        (9.40, 9.40, "tolerance", "solver", dict(tolerance=TOL_RELEASED), "tighten the position tolerance to 0.0005 mm"),
+    ]
 
 # %% ../../nbs/24_choreography.ipynb #085aa3c9
 def group_particles(name: str, resolution: int = 1, choreography: Choreography | None = None) -> np.ndarray:
@@ -235,7 +243,7 @@ def phase_at(t: float, rows) -> str:
     started = [r[5] for r in rows if r[0] <= t + 1e-9]
     return started[-1] if started else "start"
 
-# %% ../../nbs/24_choreography.ipynb #a3981c47
+# %% ../../nbs/24_choreography.ipynb #587b1784
 @dataclass
 class Controls:
     "What the choreography asks of one step."
@@ -263,57 +271,62 @@ class Choreographer:
         self.tie = None                 # (pairs, L0, shrink, start, end, stiffness)
         self.tolerance = None
 
-    def _start(self, i, row, x):
-        t0, t1, action, group, p, what = row
-        if action == "drop": self.gravity_on[p["sphere"]] = True
-        elif action == "release":
-            for g in (list(self.held) if group == "all" else [group]): self.held.pop(g, None)
-            self.moves = {k: m for k, m in self.moves.items() if group != "all" and m[0] != group}
-        elif action == "tolerance": self.tolerance = p["tolerance"]
-        elif action == "check":
-            up = columns_up(x, self.resolution)
-            if not up.all():
-                raise ScenarioCheckFailed(f"at t = {t0:.2f} s, {int((~up).sum())} of {len(up)} columns do not point upward (columns {np.flatnonzero(~up).tolist()})")
-        elif action == "tie":
-            pairs = tie_pairs(self.resolution, self.choreography)
-            L0 = np.linalg.norm(x[pairs[:, 0]] - x[pairs[:, 1]], axis=1)
-            self.tie = (pairs, L0, p["shrink"], t0, t1, p.get("stiffness"))
-        else:
-            parts = group_particles(group, self.resolution, self.choreography)
-            anchor = self.held.get(group, x[parts]).copy()
-            goal = _goal(p["goal"], parts, x, p, self.resolution) if action == "goto" else None
-            self.moves[i] = (group, anchor, goal)
+# %% ../../nbs/24_choreography.ipynb #f001b2a3
+@patch
+def _start(self: Choreographer, i, row, x):
+    t0, t1, action, group, p, what = row
+    if action == "drop": self.gravity_on[p["sphere"]] = True
+    elif action == "release":
+        for g in (list(self.held) if group == "all" else [group]): self.held.pop(g, None)
+        self.moves = {k: m for k, m in self.moves.items() if group != "all" and m[0] != group}
+    elif action == "tolerance": self.tolerance = p["tolerance"]
+    elif action == "check":
+        up = columns_up(x, self.resolution)
+        if not up.all():
+            raise ScenarioCheckFailed(f"at t = {t0:.2f} s, {int((~up).sum())} of {len(up)} columns do not point upward (columns {np.flatnonzero(~up).tolist()})")
+    elif action == "tie":
+        pairs = tie_pairs(self.resolution, self.choreography)
+        L0 = np.linalg.norm(x[pairs[:, 0]] - x[pairs[:, 1]], axis=1)
+        self.tie = (pairs, L0, p["shrink"], t0, t1, p.get("stiffness"))
+    else:
+        parts = group_particles(group, self.resolution, self.choreography)
+        anchor = self.held.get(group, x[parts]).copy()
+        goal = _goal(p["goal"], parts, x, p, self.resolution) if action == "goto" else None
+        self.moves[i] = (group, anchor, goal)
 
-    def _target(self, row, anchor, goal, s):
-        action, p = row[2], row[4]
-        if action == "fold": return _rim_fold(anchor, s)
-        if action == "hold": return anchor
-        if action == "goto": return anchor + s * (goal - anchor)
-        t = anchor.copy()
-        if action == "lift":
-            t[:, 2] = anchor[:, 2] + s * ((p["to_z"] - anchor[:, 2]) if "to_z" in p else p["dz"])
-        elif action == "shift":
-            t[:, 0] += s * p["dx"]
-        return t
+@patch
+def _target(self: Choreographer, row, anchor, goal, s):
+    action, p = row[2], row[4]
+    if action == "fold": return _rim_fold(anchor, s)
+    if action == "hold": return anchor
+    if action == "goto": return anchor + s * (goal - anchor)
+    t = anchor.copy()
+    if action == "lift":
+        t[:, 2] = anchor[:, 2] + s * ((p["to_z"] - anchor[:, 2]) if "to_z" in p else p["dz"])
+    elif action == "shift":
+        t[:, 0] += s * p["dx"]
+    return t
 
-    def controls(self, t: float, x: np.ndarray) -> Controls:
-        "Start the rows due by time `t` and return the controls for the step that ends at `t`."
-        for i, row in enumerate(self.rows):
-            if not self.started[i] and row[0] <= t + 1e-9:
-                self.started[i] = True
-                self._start(i, row, x)
-        for i, (group, anchor, goal) in list(self.moves.items()):
-            row = self.rows[i]
-            s = _smooth((t - row[0]) / (row[1] - row[0])) if row[1] > row[0] else 1.0
-            self.held[group] = self._target(row, anchor, goal, s)
-            if t >= row[1]: del self.moves[i]
-        ch, res = self.choreography, self.resolution
-        parts = [group_particles(g, res, ch) for g in self.held]
-        idx = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        tg = np.concatenate([self.held[g] for g in self.held]) if parts else np.zeros((0, 3))
-        k = np.concatenate([np.full(len(pg), group_stiffness(g, res, ch)) for g, pg in zip(self.held, parts)]) if parts else np.zeros(0)
-        pairs = lengths = k_tie = None
-        if self.tie is not None:
-            pairs, L0, shrink, t0, t1, k_tie = self.tie
-            lengths = L0 * (1.0 - _smooth((t - t0) / (t1 - t0)) * (1.0 - shrink))
-        return Controls(idx.astype(np.int32), tg, k, pairs, lengths, self.gravity_on.copy(), self.tolerance, k_tie)
+# %% ../../nbs/24_choreography.ipynb #00931cd8
+@patch
+def controls(self: Choreographer, t: float, x: np.ndarray) -> Controls:
+    "Start the rows due by time `t` and return the controls for the step that ends at `t`."
+    for i, row in enumerate(self.rows):
+        if not self.started[i] and row[0] <= t + 1e-9:
+            self.started[i] = True
+            self._start(i, row, x)
+    for i, (group, anchor, goal) in list(self.moves.items()):
+        row = self.rows[i]
+        s = _smooth((t - row[0]) / (row[1] - row[0])) if row[1] > row[0] else 1.0
+        self.held[group] = self._target(row, anchor, goal, s)
+        if t >= row[1]: del self.moves[i]
+    ch, res = self.choreography, self.resolution
+    parts = [group_particles(g, res, ch) for g in self.held]
+    idx = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    tg = np.concatenate([self.held[g] for g in self.held]) if parts else np.zeros((0, 3))
+    k = np.concatenate([np.full(len(pg), group_stiffness(g, res, ch)) for g, pg in zip(self.held, parts)]) if parts else np.zeros(0)
+    pairs = lengths = k_tie = None
+    if self.tie is not None:
+        pairs, L0, shrink, t0, t1, k_tie = self.tie
+        lengths = L0 * (1.0 - _smooth((t - t0) / (t1 - t0)) * (1.0 - shrink))
+    return Controls(idx.astype(np.int32), tg, k, pairs, lengths, self.gravity_on.copy(), self.tolerance, k_tie)
