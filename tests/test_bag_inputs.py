@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,11 +129,18 @@ def test_validate_refuses_empty_output_paths(argv, says, tmp_path):
 
 
 # --- Ctrl-C while the command starts: one line, 130 ------------------------------------------------------------------------
+def _wait_for_numpy(p, timeout=120):
+    "Wait until process `p` has loaded NumPy's core library: the first heavy import, made inside the launcher's guard."
+    maps, deadline = Path(f"/proc/{p.pid}/maps"), time.time() + timeout
+    while time.time() < deadline and p.poll() is None and "_multiarray_umath" not in maps.read_text():
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("prog, args", [(BAG, ["--until", "0.1"]), (VALIDATE, [])])
 def test_ctrl_c_during_start_up_is_one_line_and_130(prog, args, tmp_path):
     p = subprocess.Popen([str(prog), *args, *(["--out", str(tmp_path / "x.npz")] if prog == BAG else [])],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    time.sleep(0.5)                 # the interpreter is up, the command is still importing Warp, Newton and torch
+    _wait_for_numpy(p)              # the launcher is running: it is importing Warp, Newton and torch for seconds more
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=300)
     r = subprocess.CompletedProcess(p.args, p.returncode, out, err)

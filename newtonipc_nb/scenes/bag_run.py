@@ -33,9 +33,9 @@ from .bag_scene import SPHERE_RADII, bag_mesh
 
 # %% auto #0
 __all__ = ['ACTIONS', 'BadInput', 'checked_number', 'check_writable', 'check_device', 'TrajectoryWriteError', 'Terminated',
-           'output_lock', 'temporary_name', 'Trajectory', 'load_trajectory', 'trajectory_resolution', 'read_trajectory',
-           'check_trajectory', 'resume_frame', 'resume_run', 'thin_trajectory', 'apply_controls', 'check_timeline',
-           'run_bag']
+           'output_lock', 'temporary_name', 'Trajectory', 'load_trajectory', 'trajectory_resolution',
+           'check_trajectory', 'read_trajectory', 'resume_frame', 'resume_run', 'thin_trajectory', 'apply_controls',
+           'check_timeline', 'run_bag']
 
 # %% ../../nbs/25_bag_run.ipynb #de891698
 class BadInput(ValueError):
@@ -200,7 +200,7 @@ class Trajectory:
                 raise TrajectoryWriteError(f"could not write {path}: {e.strerror or e}") from e
             raise
 
-# %% ../../nbs/25_bag_run.ipynb #6473db97
+# %% ../../nbs/25_bag_run.ipynb #4fc798fd
 def load_trajectory(path) -> dict:
     "A saved bag trajectory as a dict of arrays (`film`, `spheres`, `faces`, `time`, `step_*`, `stopped`)."
     with np.load(path, allow_pickle=False) as f:
@@ -210,29 +210,7 @@ def trajectory_resolution(data: dict) -> int:
     "The mesh resolution of a saved run: its `resolution` entry, or (files written before it was stored) the one its film's vertex count belongs to."
     return int(data["resolution"]) if "resolution" in data else film_resolution(np.shape(data["film"])[1])
 
-def _sniff(path: Path) -> str:
-    "What a file that is not an .npz looks like, for the message that refuses it."
-    with open(path, "rb") as f: head = f.read(64).lstrip()
-    if head[:1] in (b"{", b"["):
-        return "a JSON text, not a saved trajectory (newtonipc-bag writes its measurement table as PATH.json beside the PATH.npz trajectory: give the .npz)"
-    if head.startswith(b"\x93NUMPY"): return "a single .npy array, not an .npz of a run"
-    return "not a zip archive: another format"
-
-def read_trajectory(path, resolution: int = 1, flag: str = "--resolution") -> dict:
-    """`load_trajectory` for a file given by a user: `BadInput` naming the file (and the command-line `flag` that picks the
-    resolution) unless it is a readable .npz that `check_trajectory` accepts for a run at `resolution`."""
-    path = Path(path)
-    if not path.exists(): raise BadInput(f"{path}: no such file")
-    if not path.is_file(): raise BadInput(f"{path}: not a regular file")
-    if path.stat().st_size == 0: raise BadInput(f"{path}: empty file, not a saved trajectory")
-    try:
-        with open(path, "rb") as f: is_zip = f.read(4) == b"PK\x03\x04"
-        if not is_zip: raise BadInput(f"{path}: not a readable .npz trajectory ({_sniff(path)})")
-    except OSError as e: raise BadInput(f"{path}: cannot be read ({e.strerror or e})") from e
-    try: data = load_trajectory(path)
-    except Exception as e: raise BadInput(f"{path}: not a readable .npz trajectory (truncated or another format: {type(e).__name__}: {e})") from e
-    return check_trajectory(data, str(path), resolution, flag)
-
+# %% ../../nbs/25_bag_run.ipynb #2720cb82
 _KINDS = {"f": "floating-point", "iu": "integer", "U": "text"}
 _SCALARS = {"resolution": "iu", "stopped": "U", "resumed": "U", "wall_time": "fiu", "thinned": "iu"}
 
@@ -281,6 +259,31 @@ def check_trajectory(data: dict, name: str, resolution: int = 1, flag: str = "--
                            f"step, {max(m, n - 1)} of them for {n} frames")
     return data
 
+# %% ../../nbs/25_bag_run.ipynb #c8560741
+def _sniff(path: Path) -> str:
+    "What a file that is not an .npz looks like, for the message that refuses it."
+    with open(path, "rb") as f: head = f.read(64).lstrip()
+    if head[:1] in (b"{", b"["):
+        return "a JSON text, not a saved trajectory (newtonipc-bag writes its measurement table as PATH.json beside the PATH.npz trajectory: give the .npz)"
+    if head.startswith(b"\x93NUMPY"): return "a single .npy array, not an .npz of a run"
+    return "not a zip archive: another format"
+
+def read_trajectory(path, resolution: int = 1, flag: str = "--resolution") -> dict:
+    """`load_trajectory` for a file given by a user: `BadInput` naming the file (and the command-line `flag` that picks the
+    resolution) unless it is a readable .npz that `check_trajectory` accepts for a run at `resolution`."""
+    path = Path(path)
+    if not path.exists(): raise BadInput(f"{path}: no such file")
+    if not path.is_file(): raise BadInput(f"{path}: not a regular file")
+    if path.stat().st_size == 0: raise BadInput(f"{path}: empty file, not a saved trajectory")
+    try:
+        with open(path, "rb") as f: is_zip = f.read(4) == b"PK\x03\x04"
+        if not is_zip: raise BadInput(f"{path}: not a readable .npz trajectory ({_sniff(path)})")
+    except OSError as e: raise BadInput(f"{path}: cannot be read ({e.strerror or e})") from e
+    try: data = load_trajectory(path)
+    except Exception as e: raise BadInput(f"{path}: not a readable .npz trajectory (truncated or another format: {type(e).__name__}: {e})") from e
+    return check_trajectory(data, str(path), resolution, flag)
+
+# %% ../../nbs/25_bag_run.ipynb #7883b888
 def resume_frame(data: dict, at: float | None = None) -> int:
     "Index of the frame of the saved run `data` at time `at` (default its last) to resume from; `BadInput` unless it is stored, after t = 0, with every step before it."
     t = np.asarray(data["time"]); at = float(t[-1]) if at is None else at
@@ -320,7 +323,7 @@ def thin_trajectory(src, dst, every: int = 8) -> Path:
     np.savez_compressed(dst, **light, thinned=np.asarray(every))
     return Path(dst)
 
-# %% ../../nbs/25_bag_run.ipynb #e0ffccec
+# %% ../../nbs/25_bag_run.ipynb #2314e7a9
 def apply_controls(scene: BagScene, c: Controls):
     "Hand one step's controls to the solver and the state."
     s = scene.solver
@@ -335,6 +338,7 @@ def apply_controls(scene: BagScene, c: Controls):
     f[scene.spheres[hover]] = -m[hover, None] * scene.solver.ipc.gravity[None, :]
     scene.state.particle_f.assign(f)
 
+# %% ../../nbs/25_bag_run.ipynb #fc992cd7
 ACTIONS = {"hold": (), "fold": (), "release": (), "drop": ("sphere",), "lift": (), "shift": ("dx",), "goto": ("goal",),
            "tolerance": ("tolerance",), "check": (), "tie": ("shrink",)}
 
@@ -357,6 +361,7 @@ def check_timeline(timeline, resolution: int = 1):
             try: group_particles(group, resolution)
             except (KeyError, TypeError): raise BadInput(f"timeline row {i}: unknown support group {group!r}") from None
 
+# %% ../../nbs/25_bag_run.ipynb #8aa192cb
 def _check_run_args(until, every, device, out, progress, timeline, resume_at, save_every, on_save, resolution) -> str:
     "Every argument of `run_bag` but `resume`, checked before anything is built; returns the device."
     for name, value, kind, low, low_open, what in (("until", until, float, DT, False, "a finite time in seconds"),
@@ -404,20 +409,28 @@ def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progr
         return _run_bag(until, every, device, out, progress, timeline, resume, data, resume_at, save_every, on_save, resolution,
                         choreography, film, solver_options)
 
+# %% ../../nbs/25_bag_run.ipynb #10701400
+def _start(scene, ch, resume, data, resume_at) -> tuple[Trajectory, int]:
+    "The trajectory and step count a run starts from: the rest state at t = 0, or the saved run `data` at `resume_at`."
+    if data is None:
+        n_faces = len(bag_mesh(scene.resolution)[1])
+        traj = Trajectory(faces=scene.solver.ipc.tri.numpy()[:n_faces].copy(), resolution=scene.resolution)
+        traj.record(0.0, scene.positions(), scene.film, scene.spheres)
+        return traj, 0
+    at = float(data["time"][-1]) if resume_at is None else resume_at
+    traj, k0 = resume_run(scene, ch, data, at)
+    earlier = str(data.get("resumed", ""))       # a resumed run of a resumed run keeps the whole chain
+    source = "" if isinstance(resume, dict) else f" from {resume}"
+    traj.resumed = (f"{earlier}; then " if earlier else "") + f"resumed at t = {traj.time[-1]:.4f} s{source}"
+    return traj, k0
+
+# %% ../../nbs/25_bag_run.ipynb #85cb9c18
 def _run_bag(until, every, device, out, progress, timeline, resume, data, resume_at, save_every, on_save, resolution,
              choreography, film, solver_options):
     from tqdm.auto import tqdm
     scene = BagScene.build(device, resolution, film=film, **solver_options)
     ch = Choreographer(timeline, resolution=scene.resolution, choreography=choreography)
-    if data is None:
-        n_faces = len(bag_mesh(scene.resolution)[1])
-        traj, k0 = Trajectory(faces=scene.solver.ipc.tri.numpy()[:n_faces].copy(), resolution=scene.resolution), 0
-        traj.record(0.0, scene.positions(), scene.film, scene.spheres)
-    else:
-        at = float(data["time"][-1]) if resume_at is None else resume_at
-        traj, k0 = resume_run(scene, ch, data, at)
-        earlier = str(data.get("resumed", ""))       # a resumed run of a resumed run keeps the whole chain
-        traj.resumed = (f"{earlier}; then " if earlier else "") + f"resumed at t = {traj.time[-1]:.4f} s" + ("" if isinstance(resume, dict) else f" from {resume}")
+    traj, k0 = _start(scene, ch, resume, data, resume_at)
     n_steps = int(round(until / DT))
     t_wall = time.perf_counter(); last_save = None
 
