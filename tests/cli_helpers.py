@@ -1,7 +1,9 @@
 """What the command-line tests share: run an installed console script, read its one-line error, and write a file
 shaped like a saved bag run."""
+import io
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,21 @@ BAG, VALIDATE = BIN / "newtonipc-bag", BIN / "newtonipc-validate"
 def cli(prog, *args, timeout=600):
     "Run the console script `prog` with `args`; the completed process, output captured as text."
     return subprocess.run([str(prog), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def in_process(prog, *args):
+    """Run the console script `prog`'s function in this process, as its script would (the launcher, then the
+    command's `main`); the result as `cli` gives it. For argument checks, which end before anything is computed: they
+    need no fresh interpreter, and a subprocess costs seconds of imports."""
+    from newtonipc_nb.scenes import launch
+    command = {BAG.name: launch.bag, VALIDATE.name: launch.validate}[Path(prog).name]
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = command([str(a) for a in args])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    return subprocess.CompletedProcess([str(prog), *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
 def one_line(r, code, *says):

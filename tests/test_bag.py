@@ -17,7 +17,7 @@ from newtonipc_nb.scenes.bag_measure import measure, neck_width
 from newtonipc_nb.scenes.bag_run import load_trajectory, run_bag
 from newtonipc_nb.scenes.bag_scene import BIN_HEIGHT, BIN_RADIUS, DT, HEM_RING, bag_mesh, ring_vertices
 
-from cli_helpers import BAG, cli, fake_run, one_line
+from cli_helpers import BAG, cli, fake_run, in_process, one_line
 
 
 def test_bag_smoke_two_steps(tmp_path):
@@ -82,8 +82,9 @@ def test_resume_continues_a_saved_run(tmp_path):
 
 
 # --- `newtonipc-bag` never loses a finished run: the console script in subprocesses -------------------------------------
-def bag_cli(*args, timeout=600):
-    return cli(BAG, *args, timeout=timeout)
+def bag_cli(*args):
+    "`newtonipc-bag` with `args`, in this process (see `in_process`)."
+    return in_process(BAG, *args)
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -192,7 +193,7 @@ def test_sigterm_saves_the_run_and_resume_finishes_it_exactly(tmp_path):
     assert not (tmp_path / "run.json").exists(), "the table of the file replaced is gone"
     assert not list(tmp_path.glob("*.tmp*"))
     n = m - 1 + 3                                           # three steps more than were saved
-    r = bag_cli("--resume", out, "--out", out, "--until", n * DT, "--device", "cpu")
+    r = cli(BAG, "--resume", out, "--out", out, "--until", n * DT, "--device", "cpu")
     assert r.returncode == 0, r.stderr[-2000:]
     d = load_trajectory(out)
     assert len(d["time"]) == n + 1 and len(d["step_t"]) == n and str(d["stopped"]).startswith("completed")

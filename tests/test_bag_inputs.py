@@ -21,7 +21,7 @@ from newtonipc_nb.scenes.bag_scene import DT, bag_mesh
 from newtonipc_nb.scenes.reference import hinge_scene
 from newtonipc_nb.solver import SolverIPC
 
-from cli_helpers import BAG, VALIDATE, cli, fake_run, one_line
+from cli_helpers import BAG, VALIDATE, cli, fake_run, in_process, one_line
 
 @pytest.fixture
 def nothing_computed(monkeypatch):
@@ -56,7 +56,7 @@ def test_run_bag_refuses_bad_arguments_before_building_anything(kwargs, says, cl
         run_bag(**{"until": 0.1, "progress": False, **kwargs})
     assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
     if cli_args:        # the command says the same after its option's name
-        r = cli(BAG, *cli_args, "--out", tmp_path / "x.npz")
+        r = in_process(BAG, *cli_args, "--out", tmp_path / "x.npz")
         one_line(r, 2, says.split(": ", 1)[1])
 
 
@@ -73,7 +73,7 @@ def test_run_bag_checks_a_resume_dict_and_until_first(nothing_computed, tmp_path
 def test_device_cuda_without_a_gpu_is_bad_input(nothing_computed, tmp_path):
     with pytest.raises(BadInput, match="device cuda: this machine has no CUDA device"):
         run_bag(0.1, device="cuda", progress=False)
-    r = cli(BAG, "--device", "cuda", "--until", 0.1, "--out", tmp_path / "x.npz")
+    r = in_process(BAG, "--device", "cuda", "--until", 0.1, "--out", tmp_path / "x.npz")
     one_line(r, 2, "--device cuda: this machine has no CUDA device (Warp found none); give --device cpu")
     assert r.stdout == "" and list(tmp_path.iterdir()) == []
 
@@ -94,7 +94,7 @@ def test_device_cuda_without_a_gpu_is_bad_input(nothing_computed, tmp_path):
 ])
 def test_cli_refuses_a_bad_resume_file_at_once(make, says, tmp_path):
     f = make(tmp_path / "saved.npz")
-    r = cli(BAG, "--resume", f, "--out", tmp_path / "new.npz", "--until", 0.1, "--device", "cpu")
+    r = in_process(BAG, "--resume", f, "--out", tmp_path / "new.npz", "--until", 0.1, "--device", "cpu")
     line = one_line(r, 2, f"--resume {f}: ", says)
     assert "allow_pickle" not in line and r.stdout == "", "refused before the run"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["saved.npz"]
@@ -103,7 +103,7 @@ def test_cli_refuses_a_bad_resume_file_at_once(make, says, tmp_path):
 def test_resume_of_the_json_table_names_the_trajectory(tmp_path):
     table = tmp_path / "run.json"
     table.write_text('{"stopped": "completed at t = 0.0125 s", "frames": 4, "measurements": []}')
-    line = one_line(cli(BAG, "--resume", table, "--out", tmp_path / "b.npz", "--until", 0.1), 2, f"--resume {table}")
+    line = one_line(in_process(BAG, "--resume", table, "--out", tmp_path / "b.npz", "--until", 0.1), 2, f"--resume {table}")
     assert "give the .npz" in line and "pickle" not in line
 
 
@@ -122,8 +122,9 @@ def test_tiny_dt_is_refused_in_words_without_a_warning():
 # --- newtonipc-validate: an empty --report is refused -------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, says", [(["--report", ""], "--report: an empty path"),
                                         (["--full", "--bag-out", ""], "--bag-out: an empty path")])
-def test_validate_refuses_empty_output_paths(argv, says, tmp_path):
-    r = subprocess.run([str(VALIDATE), *argv], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+def test_validate_refuses_empty_output_paths(argv, says, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = in_process(VALIDATE, *argv)
     one_line(r, 2, "newtonipc-validate: " + says, "give the name of a file to write")
     assert r.stdout == "" and list(tmp_path.iterdir()) == []
 
