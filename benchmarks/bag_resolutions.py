@@ -2,7 +2,9 @@
 every step stored) with its cost and its shape at a common time and at its end; writes nbs/data/bag_resolutions.json,
 and with --preview a light copy (`thin_trajectory`) of one run for the bag page's playback.
 
-Usage: python benchmarks/bag_resolutions.py RUN.npz [RUN.npz ...] [--at 3.0] [--rss RUN.npz=MB ...] [--preview RUN.npz --every 16]
+Usage: python benchmarks/bag_resolutions.py RUN.npz [RUN.npz ...] [--at 3.0] [--rss RUN.npz=MB ...] [--preview RUN.npz
+--every 16]
+
 """
 import argparse
 import json
@@ -21,7 +23,8 @@ def _shape_at(d, t):
     k = int(np.argmin(np.abs(d["time"] - t)))
     f = d["film"][k].astype(np.float64)
     nx, ny = neck_width(f)
-    return dict(time=float(d["time"][k]), neck_width_mm=[round(1e3 * nx, 2), round(1e3 * ny, 2)], flap_height_mm=round(1e3 * flap_height(f), 2))
+    return dict(time=float(d["time"][k]), neck_width_mm=[round(1e3 * nx, 2), round(1e3 * ny, 2)],
+                flap_height_mm=round(1e3 * flap_height(f), 2))
 
 
 def summary(path, at: float, rss_mb=None) -> dict:
@@ -32,11 +35,13 @@ def summary(path, at: float, rss_mb=None) -> dict:
     it = np.asarray(d["step_newton_iterations"])
     early = np.asarray(d["step_t"]) <= at + 1e-9
     timed = sum(np.asarray(d[k]) for k in d if k.startswith("step_time_"))
-    return dict(file=Path(path).name, resolution=trajectory_resolution(d), vertices=int(d["film"].shape[1]), stopped=str(d["stopped"]),
-                end=float(t[-1]), steps=int(len(it)), wall_time_s=round(float(d["wall_time"]), 1), newton_iterations=int(it.sum()),
-                subdivisions=int(np.sum(d["step_subdivisions"])), solver_s_per_step=round(float(timed.sum() / len(it)), 4),
-                solver_s_per_step_to_at=round(float(timed[early].sum() / max(early.sum(), 1)), 4),
-                newton_iterations_to_at=int(it[early].sum()), peak_rss_mb=rss_mb,
+    return dict(file=Path(path).name, resolution=trajectory_resolution(d), vertices=int(d["film"].shape[1]),
+                stopped=str(d["stopped"]), end=float(t[-1]), steps=int(len(it)),
+                wall_time_s=round(float(d["wall_time"]),
+                                  1), newton_iterations=int(it.sum()), subdivisions=int(np.sum(d["step_subdivisions"])),
+                solver_s_per_step=round(float(timed.sum() / len(it)), 4),
+                solver_s_per_step_to_at=round(float(timed[early].sum() / max(early.sum(), 1)),
+                                              4), newton_iterations_to_at=int(it[early].sum()), peak_rss_mb=rss_mb,
                 at=_shape_at(d, at) if t[-1] >= at - 1e-9 else None, last=_shape_at(d, t[-1]),
                 measurements=measure(d).to_dict(orient="records"))
 
@@ -44,9 +49,12 @@ def summary(path, at: float, rss_mb=None) -> dict:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="saved newtonipc-bag trajectories (every step stored, from t = 0)")
-    p.add_argument("--at", type=float, default=3.0, help="common time (s) at which every run's shape is compared (default 3.0, the end of the peel)")
-    p.add_argument("--rss", nargs="*", default=[], metavar="RUN.npz=MB", help="peak resident memory of a run (from /usr/bin/time -v)")
-    p.add_argument("--preview", default=None, metavar="RUN.npz", help="also write a light copy of this run to nbs/data/bag_res<K>_preview.npz")
+    p.add_argument("--at", type=float, default=3.0, help="common time (s) at which every run's shape is compared "
+                                                         "(default 3.0, the end of the peel)")
+    p.add_argument("--rss", nargs="*", default=[], metavar="RUN.npz=MB", help="peak resident memory of a run (from "
+                                                                              "/usr/bin/time -v)")
+    p.add_argument("--preview", default=None, metavar="RUN.npz", help="also write a light copy of this run to "
+                                                                      "nbs/data/bag_res<K>_preview.npz")
     p.add_argument("--every", type=int, default=16, help="frames kept in the preview: every N-th (default 16)")
     p.add_argument("--out", default=str(DATA / "bag_resolutions.json"))
     a = p.parse_args(argv)
@@ -54,7 +62,8 @@ def main(argv=None):
     rows = [summary(r, a.at, rss.get(Path(r).name)) for r in a.runs]
     Path(a.out).write_text(json.dumps(dict(at=a.at, runs=rows), indent=1, ensure_ascii=False) + "\n")
     for r in rows:
-        print(f"resolution {r['resolution']}: {r['stopped']}; {r['wall_time_s']} s wall, {r['newton_iterations']:,} iterations, "
+        print(f"resolution {r['resolution']}: {r['stopped']}; {r['wall_time_s']} s wall, "
+              f"{r['newton_iterations']:,} iterations, "
               f"{r['solver_s_per_step']} s solver per step; at {a.at} s: {r['at']}; end: {r['last']}")
     if a.preview:
         k = trajectory_resolution(load_trajectory(a.preview))

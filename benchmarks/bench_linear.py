@@ -38,7 +38,9 @@ def systems_of_saved_run(path, at):
 def median_ms(f, repeat):
     ts = []
     for _ in range(repeat):
-        t = time.perf_counter(); f(); ts.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t)
     return 1e3 * float(np.median(ts))
 
 
@@ -60,41 +62,51 @@ def main():
         systems = [system_from_bsr(H, -(D * g)) for g, H, D in raw]        # (∇Φ, D H D, D) copies
     rows = []
     for i, s in enumerate(systems):
-        A = sp.bsr_matrix((s.H.values.numpy()[:s.nnz], s.H.columns.numpy()[:s.nnz], s.H.offsets.numpy()), shape=(3 * s.n,) * 2).tocsr()
+        A = sp.bsr_matrix((s.H.values.numpy()[:s.nnz], s.H.columns.numpy()[:s.nnz], s.H.offsets.numpy()),
+                          shape=(3 * s.n, ) * 2).tocsr()
         b = s.rhs.numpy().reshape(-1)
         for name in a.solvers:
-            solver = make_linear_solver(name); z = wp.zeros(s.n, dtype=wp.vec3d)
+            solver = make_linear_solver(name)
+            z = wp.zeros(s.n, dtype=wp.vec3d)
             analyse = median_ms(lambda: solver.analyse(s), a.repeat)
             factorise = median_ms(lambda: solver.factorise(s), a.repeat)
             solve = median_ms(lambda: solver.solve(s, z), a.repeat)
             res = float(np.linalg.norm(A @ z.numpy().reshape(-1) - b) / np.linalg.norm(b))
-            row = dict(system=i, dofs=3 * s.n, blocks=s.nnz, solver=name, analyse_ms=analyse, factorise_ms=factorise, solve_ms=solve,
-                       per_iteration_ms=factorise + solve, relative_residual=res)
+            row = dict(system=i, dofs=3 * s.n, blocks=s.nnz, solver=name, analyse_ms=analyse, factorise_ms=factorise,
+                       solve_ms=solve, per_iteration_ms=factorise + solve, relative_residual=res)
             if name == "pardiso": row["nnz_L"] = int(solver._ps.iparm[17])
             if name == "pcg": row["cg_iterations"] = solver.stats["last_cg_iterations"]
             rows.append(row)
-            print(f"system {i} ({3 * s.n} DOF, {s.nnz} blocks) {name:9s} analyse {analyse:8.2f} ms  factorise {factorise:8.2f} ms  "
+            print(f"system {i} ({3 * s.n} DOF, {s.nnz} blocks) {name:9s} analyse {analyse:8.2f} ms  factorise "
+                  f"{factorise:8.2f} ms  "
                   f"solve {solve:8.2f} ms  residual {res:.1e}", flush=True)
         try:
             import qdldl
         except ImportError:
             continue
-        U = sp.triu(A, format="csc"); U.sort_indices()
+        U = sp.triu(A, format="csc")
+        U.sort_indices()
         q = qdldl.Solver(U)
         analyse, factorise = median_ms(lambda: qdldl.Solver(U), a.repeat), median_ms(lambda: q.update(U), a.repeat)
         solve = median_ms(lambda: q.solve(b), a.repeat)
         res = float(np.linalg.norm(A @ q.solve(b) - b) / np.linalg.norm(b))
-        rows.append(dict(system=i, dofs=3 * s.n, blocks=s.nnz, solver="qdldl (candidate)", analyse_ms=analyse - factorise, factorise_ms=factorise,
-                         solve_ms=solve, per_iteration_ms=factorise + solve, relative_residual=res))
+        rows.append(
+            dict(system=i, dofs=3 * s.n, blocks=s.nnz, solver="qdldl (candidate)", analyse_ms=analyse - factorise,
+                 factorise_ms=factorise, solve_ms=solve, per_iteration_ms=factorise + solve, relative_residual=res))
         print(f"system {i} qdldl: factorise {factorise:.2f} ms  solve {solve:.2f} ms  residual {res:.1e}", flush=True)
     table = pd.DataFrame(rows)
-    summary = table.groupby("solver", sort=False)[["analyse_ms", "factorise_ms", "solve_ms", "per_iteration_ms", "relative_residual"]].median()
+    summary = table.groupby(
+        "solver", sort=False)[["analyse_ms", "factorise_ms", "solve_ms", "per_iteration_ms",
+                               "relative_residual"]].median()
     pd.set_option("display.width", 200)
     print(summary.to_string(float_format=lambda v: f"{v:.3g}"))
-    meta = dict(benchmark="linear solvers", systems=where, count=len(systems), statistic=f"median of {a.repeat} calls per system; table: median over systems",
-                warp=wp.config.version, python=platform.python_version(), machine=platform.machine(), cpu_count=os.cpu_count(), date=time.strftime("%Y-%m-%d"))
+    meta = dict(benchmark="linear solvers", systems=where, count=len(systems), statistic=f"median of {a.repeat} calls "
+                f"per system; table: median "
+                f"over systems", warp=wp.config.version, python=platform.python_version(), machine=platform.machine(),
+                cpu_count=os.cpu_count(), date=time.strftime("%Y-%m-%d"))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(dict(meta=meta, results=rows, summary=summary.reset_index().to_dict(orient="records")), indent=1))
+    Path(a.out).write_text(
+        json.dumps(dict(meta=meta, results=rows, summary=summary.reset_index().to_dict(orient="records")), indent=1))
     print(f"wrote {a.out}")
 
 

@@ -16,7 +16,6 @@ import platform
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import warp as wp
 
@@ -39,9 +38,11 @@ def main():
     pd.set_option("display.width", 200)
     print(table.to_string(index=False))
     print(f"wall time: IPC {ipc_s:.1f} s, VBD {vbd_s:.1f} s, VBD / IPC = {vbd_s / ipc_s:.2f}")
-    meta = dict(benchmark="IPC vs VBD", until=a.until, device=a.device, warp=wp.config.version, python=platform.python_version(),
-                machine=platform.machine(), cpu_count=os.cpu_count(), date=time.strftime("%Y-%m-%d"))
-    out = dict(meta=meta, ipc_wall_s=ipc_s, vbd_wall_s=vbd_s, ratio_vbd_over_ipc=vbd_s / ipc_s, table=table.to_dict(orient="records"))
+    meta = dict(benchmark="IPC vs VBD", until=a.until, device=a.device, warp=wp.config.version,
+                python=platform.python_version(), machine=platform.machine(), cpu_count=os.cpu_count(),
+                date=time.strftime("%Y-%m-%d"))
+    out = dict(meta=meta, ipc_wall_s=ipc_s, vbd_wall_s=vbd_s, ratio_vbd_over_ipc=vbd_s / ipc_s,
+               table=table.to_dict(orient="records"))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     if a.npz: save_side_by_side(trajs, a.npz)

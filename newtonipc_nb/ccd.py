@@ -40,7 +40,8 @@ def _approach(kind: wp.int32, u0: wp.float64, u1: wp.float64, u2: wp.float64, u3
 
 @wp.kernel
 def _normal_bound_kernel(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i),
-                         kinds: wp.array(dtype=wp.int32), offset: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+                         kinds: wp.array(dtype=wp.int32), offset: wp.array(dtype=wp.float64),
+                         out: wp.array(dtype=wp.float64)):
     i = wp.tid()
     p = pairs[i]
     k = kinds[i]
@@ -92,7 +93,8 @@ def _accd(kind: wp.int32, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d,
     zero = wp.float64(0.0)
     one = wp.float64(1.0)
     scale = wp.max(wp.max(_max_abs(a), _max_abs(b)), wp.max(_max_abs(c), _max_abs(d)))
-    scale = wp.max(scale, wp.max(wp.max(_max_abs(a + da), _max_abs(b + db)), wp.max(_max_abs(c + dc), _max_abs(d + dd))))
+    scale = wp.max(scale, wp.max(wp.max(_max_abs(a + da), _max_abs(b + db)), wp.max(_max_abs(c + dc),
+                                                                                    _max_abs(d + dd))))
     slack = sep + _EPS_FP * scale
     g = _pair_distance(kind, a, b, c, d) - slack
     result = wp.vec2d(zero, zero)
@@ -128,8 +130,8 @@ def _accd(kind: wp.int32, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d,
 def _accd_batch_kernel(x0: wp.array(dtype=wp.vec3d, ndim=2), x1: wp.array(dtype=wp.vec3d, ndim=2), kind: wp.int32,
                        sep: wp.float64, eta: wp.float64, max_iter: wp.int32, out: wp.array(dtype=wp.vec2d)):
     i = wp.tid()
-    out[i] = _accd(kind, x0[i, 0], x0[i, 1], x0[i, 2], x0[i, 3],
-                   x1[i, 0] - x0[i, 0], x1[i, 1] - x0[i, 1], x1[i, 2] - x0[i, 2], x1[i, 3] - x0[i, 3], sep, eta, max_iter)
+    out[i] = _accd(kind, x0[i, 0], x0[i, 1], x0[i, 2], x0[i, 3], x1[i, 0] - x0[i, 0], x1[i, 1] - x0[i, 1],
+                   x1[i, 2] - x0[i, 2], x1[i, 3] - x0[i, 3], sep, eta, max_iter)
 
 @wp.kernel
 def _accd_contacts_kernel(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i),
@@ -137,7 +139,8 @@ def _accd_contacts_kernel(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec
                           max_iter: wp.int32, out: wp.array(dtype=wp.vec2d)):
     i = wp.tid()
     p = pairs[i]
-    out[i] = _accd(kinds[i], x[p[0]], x[p[1]], x[p[2]], x[p[3]], dx[p[0]], dx[p[1]], dx[p[2]], dx[p[3]], offset[i], eta, max_iter)
+    out[i] = _accd(kinds[i], x[p[0]], x[p[1]], x[p[2]], x[p[3]], dx[p[0]], dx[p[1]], dx[p[2]], dx[p[3]], offset[i], eta,
+                   max_iter)
 
 # %% ../nbs/06_ccd.ipynb #d1576f8c
 ACCD_ETA = 0.9              # conservative rescaling η (ipc-toolkit's default)
@@ -169,19 +172,22 @@ def _batch_toi(x0, x1, kind, min_gap, eta, max_iter, device, name, iterations=Fa
 
 def vertex_face_toi(x0, x1, min_gap: float = 0.0, device=None, *, eta: float = ACCD_ETA, max_iter: int = ACCD_MAX_ITER,
                     iterations: bool = False):
-    "Conservative additive-CCD time of impact in [0, 1] of vertex–face pairs (n, 4, 3) moving x0 → x1; 1.0 where they stay > min_gap apart."
+    """Conservative additive-CCD time of impact in [0, 1] of vertex–face pairs (n, 4, 3) moving x0 → x1; 1.0 where they
+    stay > min_gap apart."""
     return _batch_toi(x0, x1, KIND_VT, min_gap, eta, max_iter, device, "vertex_face_toi", iterations)
 
 def edge_edge_toi(x0, x1, min_gap: float = 0.0, device=None, *, eta: float = ACCD_ETA, max_iter: int = ACCD_MAX_ITER,
                   iterations: bool = False):
-    "Conservative additive-CCD time of impact in [0, 1] of edge–edge pairs (n, 4, 3) moving x0 → x1; 1.0 where they stay > min_gap apart."
+    """Conservative additive-CCD time of impact in [0, 1] of edge–edge pairs (n, 4, 3) moving x0 → x1; 1.0 where they
+    stay > min_gap apart."""
     return _batch_toi(x0, x1, KIND_EE, min_gap, eta, max_iter, device, "edge_edge_toi", iterations)
 
 # %% ../nbs/06_ccd.ipynb #a9d80cc4
 STEP_METHODS = ("accd", "normal")
 
 def _check_contacts(contacts, n: int, name: str):
-    if not isinstance(contacts, ContactSet): raise TypeError(f"{name}: contacts must be a ContactSet, got {type(contacts).__name__}")
+    if not isinstance(contacts, ContactSet): raise TypeError(f"{name}: contacts must be a ContactSet, got "
+                                                             f"{type(contacts).__name__}")
     if contacts.count < 0 or contacts.count > contacts.capacity:
         raise ValueError(f"{name}: contacts.count = {contacts.count} outside 0..{contacts.capacity}")
     if contacts.count:
@@ -193,10 +199,12 @@ def _check_contacts(contacts, n: int, name: str):
 # %% ../nbs/06_ccd.ipynb #22a788db
 def candidate_step_bounds(contacts: ContactSet, x, dx, *, method: str = "accd", eta: float = ACCD_ETA,
                           max_iter: int = ACCD_MAX_ITER, device=None) -> np.ndarray:
-    "Per-candidate safe fraction of the move x → x + dx: ACCD time of impact, or the reference implementation's g/approach (`method='normal'`, +inf when not approaching)."
+    """Per-candidate safe fraction of the move x → x + dx: ACCD time of impact, or the reference implementation's
+    g/approach (`method='normal'`, +inf when not approaching)."""
     choice(method, "method", STEP_METHODS, fn="step_bound")
     d = wp.get_device(device if device is not None else contacts.device)
-    xa = vec3d_array(x, "x", fn="step_bound", device=d); n = xa.shape[0]
+    xa = vec3d_array(x, "x", fn="step_bound", device=d)
+    n = xa.shape[0]
     dxa = vec3d_array(dx, "dx", fn="step_bound", n=n, device=d)
     _check_contacts(contacts, n, "step_bound")
     m = contacts.count
@@ -210,12 +218,14 @@ def candidate_step_bounds(contacts: ContactSet, x, dx, *, method: str = "accd", 
         return out.numpy()[:, 0].copy()
     out = wp.zeros(m, dtype=wp.float64, device=d)
     wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[xa, dxa, cs.pairs, cs.kind, cs.offset], outputs=[out])
-    r = out.numpy().copy(); r[r >= 1e300] = np.inf
+    r = out.numpy().copy()
+    r[r >= 1e300] = np.inf
     return r
 
 # %% ../nbs/06_ccd.ipynb #02f28253
 def bound_from_minimum(m: float, method: str = "accd") -> float:
-    "The step fraction α from the smallest per-candidate bound `m`: ACCD's time of impact clipped to [0, 1]; the normal bound's 90 % of g/approach, or 1 when nothing arrives within the step."
+    """The step fraction α from the smallest per-candidate bound `m`: ACCD's time of impact clipped to [0, 1]; the
+    normal bound's 90 % of g/approach, or 1 when nothing arrives within the step."""
     if method == "normal":
         return 1.0 if m > 1.0 else max(0.0, 0.9 * m)
     return min(1.0, max(0.0, m))
@@ -230,8 +240,9 @@ def _min_bound(b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
     wp.atomic_min(out, 0, b[wp.tid()])
 
 class DeviceStepBound:
-    """`step_bound` for a solver's inner loop: the per-candidate bounds and their minimum stay on the device, in buffers kept
-    between calls, and one scalar is read back. Arguments are not checked: the caller owns them (`step_bound` checks)."""
+    """`step_bound` for a solver's inner loop: the per-candidate bounds and their minimum stay on the device, in buffers
+    kept between calls, and one scalar is read back. Arguments are not checked: the caller owns them (`step_bound`
+    checks)."""
     def __init__(self, method: str = "accd", *, eta: float = ACCD_ETA, max_iter: int = ACCD_MAX_ITER, device=None):
         self.method = choice(method, "method", STEP_METHODS, fn="DeviceStepBound")
         _check_accd_args(0.0, eta, max_iter, "DeviceStepBound")
@@ -250,13 +261,15 @@ class DeviceStepBound:
                       inputs=[x, dx, cs.pairs, cs.kind, cs.offset, wp.float64(self.eta), wp.int32(self.max_iter)])
             wp.launch(_min_toi, dim=m, inputs=[self._bounds, self._min], device=d)
         else:
-            wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[x, dx, cs.pairs, cs.kind, cs.offset], outputs=[self._bounds])
+            wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[x, dx, cs.pairs, cs.kind, cs.offset],
+                      outputs=[self._bounds])
             wp.launch(_min_bound, dim=m, inputs=[self._bounds, self._min], device=d)
         return bound_from_minimum(float(self._min.numpy()[0]), self.method)
 
 def step_bound(contacts: ContactSet, x, dx, *, method: str = "accd", eta: float = ACCD_ETA,
                max_iter: int = ACCD_MAX_ITER, device=None) -> float:
-    "The largest α in [0, 1] that keeps every candidate's gap positive along x → x + α dx (`method` 'accd' or the reference implementation's 'normal')."
+    """The largest α in [0, 1] that keeps every candidate's gap positive along x → x + α dx (`method` 'accd' or the
+    reference implementation's 'normal')."""
     b = candidate_step_bounds(contacts, x, dx, method=method, eta=eta, max_iter=max_iter, device=device)
     return bound_from_minimum(float(b.min()), method) if b.size else 1.0
 
@@ -267,7 +280,8 @@ def _round32(v: wp.vec3d) -> wp.vec3d:
 
 @wp.kernel
 def _fp32_gap_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-                     offset: wp.array(dtype=wp.float64), gap: wp.array(dtype=wp.float64), tol: wp.array(dtype=wp.float64)):
+                     offset: wp.array(dtype=wp.float64), gap: wp.array(dtype=wp.float64),
+                     tol: wp.array(dtype=wp.float64)):
     i = wp.tid()
     p = pairs[i]
     x0 = _round32(x[p[0]])
@@ -278,19 +292,22 @@ def _fp32_gap_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i
     tol[i] = _EPS_FP * wp.max(wp.max(_max_abs(x0), _max_abs(x1)), wp.max(_max_abs(x2), _max_abs(x3)))
 
 def fp32_gaps(contacts: ContactSet, x64, device=None, *, tolerance: bool = False):
-    "Each candidate's gap g = ‖Σ wᵢ xᵢ‖ − c recomputed in FP64 from the positions rounded to FP32 (and, with `tolerance`, the FP64 allowance ε_fp)."
+    """Each candidate's gap g = ‖Σ wᵢ xᵢ‖ − c recomputed in FP64 from the positions rounded to FP32 (and, with
+    `tolerance`, the FP64 allowance ε_fp)."""
     d = wp.get_device(device if device is not None else contacts.device)
     xa = vec3d_array(x64, "x64", fn="fp32_gaps", device=d)
     _check_contacts(contacts, xa.shape[0], "fp32_gap_check")
     m = contacts.count
     if m == 0: return (np.zeros(0), np.zeros(0)) if tolerance else np.zeros(0)
     cs = contacts if str(contacts.device) == str(d) else ContactSet.from_numpy(*contacts.numpy(), device=d)
-    gap = wp.zeros(m, dtype=wp.float64, device=d); tol = wp.zeros(m, dtype=wp.float64, device=d)
+    gap = wp.zeros(m, dtype=wp.float64, device=d)
+    tol = wp.zeros(m, dtype=wp.float64, device=d)
     wp.launch(_fp32_gap_kernel, dim=m, device=d, inputs=[xa, cs.pairs, cs.kind, cs.offset], outputs=[gap, tol])
     return (gap.numpy().copy(), tol.numpy().copy()) if tolerance else gap.numpy().copy()
 
 def fp32_gap_check(contacts: ContactSet, x64, device=None) -> tuple[bool, float, int]:
-    "`(ok, min_gap_fp32, lost)`: after rounding positions to FP32, whether every gap is still > ε_fp, the smallest gap, and how many are lost."
+    """`(ok, min_gap_fp32, lost)`: after rounding positions to FP32, whether every gap is still > ε_fp, the smallest
+    gap, and how many are lost."""
     g, tol = fp32_gaps(contacts, x64, device, tolerance=True)
     if g.size == 0: return True, math.inf, 0
     lost = int(np.sum(~(g > tol)))

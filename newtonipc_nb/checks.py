@@ -23,10 +23,12 @@ def _check_shape(arr: np.ndarray, shape, name: str, fn: str):
         raise ValueError(f"{fn}: {name} must have shape {_shape_text(shape)}, got {arr.shape}")
 
 def float_array(a, name: str, shape, *, fn: str, finite: bool = True) -> np.ndarray:
-    "A float64 copy of `a` (numpy, list or wp.array) with `shape` (`None` = any length), or a ValueError naming the first bad row."
+    """A float64 copy of `a` (numpy, list or wp.array) with `shape` (`None` = any length), or a ValueError naming the
+    first bad row."""
     if isinstance(a, wp.array): a = a.numpy()
     try: arr = np.array(a, dtype=np.float64, copy=True)
-    except (TypeError, ValueError) as err: raise ValueError(f"{fn}: {name} must be a numeric array, got {type(a).__name__}") from err
+    except (TypeError, ValueError) as err: raise ValueError(f"{fn}: {name} must be a numeric array, got "
+                                                            f"{type(a).__name__}") from err
     _check_shape(arr, shape, name, fn)
     if finite and arr.size and not np.isfinite(arr).all():
         rows = np.isfinite(arr.reshape(arr.shape[0], -1)).all(1) if arr.ndim else np.array([False])
@@ -34,11 +36,13 @@ def float_array(a, name: str, shape, *, fn: str, finite: bool = True) -> np.ndar
     return arr
 
 def index_array(a, name: str, shape, *, fn: str, upper: int | None = None) -> np.ndarray:
-    "An int32 copy of integer indices `a` with `shape`, each in 0 … `upper` − 1 (any non-negative int32 when `upper` is None)."
+    """An int32 copy of integer indices `a` with `shape`, each in 0 … `upper` − 1 (any non-negative int32 when `upper`
+    is None)."""
     if isinstance(a, wp.array): a = a.numpy()
     arr = np.array(a, copy=True)
     if arr.size == 0: arr = arr.reshape(tuple(0 if s is None else s for s in shape)).astype(np.int32)
-    if not np.issubdtype(arr.dtype, np.integer): raise ValueError(f"{fn}: {name} must hold integers, got dtype {arr.dtype}")
+    if not np.issubdtype(arr.dtype, np.integer): raise ValueError(f"{fn}: {name} must hold integers, got dtype "
+                                                                  f"{arr.dtype}")
     _check_shape(arr, shape, name, fn)
     top = np.iinfo(np.int32).max if upper is None else int(upper) - 1
     if arr.size and (arr.min() < 0 or arr.max() > top):
@@ -52,15 +56,17 @@ def per_element(v, n: int, name: str, *, fn: str) -> np.ndarray:
     "A scalar or (n,) coefficient as an (n,) float64 copy."
     if isinstance(v, wp.array): v = v.numpy()
     arr = np.full(n, v, dtype=np.float64) if np.ndim(v) == 0 else v
-    if np.shape(arr) != (n,): raise ValueError(f"{fn}: {name} must be a scalar or have shape ({n},), got {np.shape(arr)}")
+    if np.shape(arr) != (n,): raise ValueError(f"{fn}: {name} must be a scalar or have shape ({n},), got "
+                                               f"{np.shape(arr)}")
     return float_array(arr, name, (n,), fn=fn)
 
 # %% ../nbs/00b_checks.ipynb #c3ffc071
 def vec3d_array(x, name: str, *, fn: str, n: int | None = None, device=None, same_device: bool = False) -> wp.array:
-    """`x` as a 1-D wp.array of vec3d on `device`: a wp.array is used as it is (copied when it lives elsewhere, or refused
-    when `same_device`), an (N, 3) host array is copied in; `n` is the particle count it must have."""
+    """`x` as a 1-D wp.array of vec3d on `device`: a wp.array is used as it is (copied when it lives elsewhere, or
+    refused when `same_device`), an (N, 3) host array is copied in; `n` is the particle count it must have."""
     if isinstance(x, wp.array):
-        if x.dtype != wp.vec3d: raise TypeError(f"{fn}: {name} must have dtype wp.vec3d, got {wp.types.type_repr(x.dtype)}")
+        if x.dtype != wp.vec3d: raise TypeError(f"{fn}: {name} must have dtype wp.vec3d, got "
+                                                f"{wp.types.type_repr(x.dtype)}")
         if x.ndim != 1: raise ValueError(f"{fn}: {name} must be one-dimensional, got shape {x.shape}")
         if device is not None and str(x.device) != str(wp.get_device(device)):
             if same_device: raise ValueError(f"{fn}: {name} is on device {x.device}, expected {wp.get_device(device)}")
@@ -68,12 +74,14 @@ def vec3d_array(x, name: str, *, fn: str, n: int | None = None, device=None, sam
         arr = x
     else:
         arr = wp.array(float_array(x, name, (None, 3), fn=fn), dtype=wp.vec3d, device=device)
-    if n is not None and arr.shape[0] != n: raise ValueError(f"{fn}: {name} must hold one vec3d per particle ({n}), got {arr.shape[0]}")
+    if n is not None and arr.shape[0] != n: raise ValueError(f"{fn}: {name} must hold one vec3d per particle "
+                                                             f"({n}), got {arr.shape[0]}")
     return arr
 
 # %% ../nbs/00b_checks.ipynb #43aac57f
 def option(value, name: str, *, fn: str, kind=numbers.Real, ok=lambda v: True, rule: str = "a number"):
-    "`value` if it is a `kind` (never a bool, unless `kind` is bool) for which `ok` holds, else a ValueError naming the option and the rule."
+    """`value` if it is a `kind` (never a bool, unless `kind` is bool) for which `ok` holds, else a ValueError naming
+    the option and the rule."""
     if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind) or not ok(value):
         raise ValueError(f"{fn}: {name} must be {rule}, got {value!r}")
     return value
@@ -88,5 +96,6 @@ def non_negative(value, name: str, *, fn: str):
 
 def choice(value, name: str, allowed, *, fn: str):
     "`value` if it is one of `allowed`."
-    if value not in allowed: raise ValueError(f"{fn}: {name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+    if value not in allowed: raise ValueError(f"{fn}: {name} must be one of {', '.join(map(repr, allowed))}, got "
+                                              f"{value!r}")
     return value

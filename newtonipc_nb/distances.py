@@ -130,7 +130,8 @@ def _point_segment(p: wp.vec3d, a: wp.vec3d, b: wp.vec3d) -> wp.vec2d:
 
 @wp.func
 def edge_edge_weights(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3d) -> wp.vec4d:
-    "Weights (1−s, s, t−1, −t) of the closest points a0 + s(a1−a0), b0 + t(b1−b0) (interior, then the four endpoint–segment cases)."
+    """Weights (1−s, s, t−1, −t) of the closest points a0 + s(a1−a0), b0 + t(b1−b0) (interior, then the four
+    endpoint–segment cases)."""
     one = wp.float64(1.0)
     zero = wp.float64(0.0)
     u = a1 - a0
@@ -226,7 +227,8 @@ def _batch(x, kind, name, device):
     n = x.shape[0]
     if n == 0: return np.zeros(0), np.zeros((0, 4))
     xa = wp.array(x, dtype=wp.vec3d, device=device)
-    d = wp.empty(n, dtype=wp.float64, device=device); w = wp.empty(n, dtype=wp.vec4d, device=device)
+    d = wp.empty(n, dtype=wp.float64, device=device)
+    w = wp.empty(n, dtype=wp.vec4d, device=device)
     wp.launch(_batch_weights_kernel, dim=n, inputs=[xa, wp.int32(kind)], outputs=[d, w], device=device)
     return d.numpy(), w.numpy()
 
@@ -239,5 +241,6 @@ def edge_edge_distance(x: np.ndarray, device=None) -> tuple[np.ndarray, np.ndarr
     return _batch(x, KIND_EE, "edge_edge_distance", device)
 
 def vertex_plane_distance(x: np.ndarray, device=None) -> tuple[np.ndarray, np.ndarray]:
-    "Unsigned vertex–plane distances (n,) and weights (n, 4) of `x` (n, 4, 3) float64 = (vertex, o, a, b) for the plane through o, a, b."
+    """Unsigned vertex–plane distances (n,) and weights (n, 4) of `x` (n, 4, 3) float64 = (vertex, o, a, b) for the
+    plane through o, a, b."""
     return _batch(x, KIND_VP, "vertex_plane_distance", device)

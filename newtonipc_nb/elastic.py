@@ -46,7 +46,8 @@ def _deformation(x0: wp.vec3d, x1: wp.vec3d, x2: wp.vec3d, B: mat32d) -> mat32d:
 
 @wp.func
 def _membrane_psi_stress(C: wp.mat22d, mu: wp.float64, lam: wp.float64, model: wp.int32):
-    "Energy density Ψ, second Piola–Kirchhoff stress S and validity (0/1) of the membrane for the right Cauchy–Green tensor C."
+    """Energy density Ψ, second Piola–Kirchhoff stress S and validity (0/1) of the membrane for the right Cauchy–Green
+    tensor C."""
     half = wp.float64(0.5)
     I = wp.identity(n=2, dtype=wp.float64)
     psi = wp.float64(0.0)
@@ -92,7 +93,8 @@ def _psd2(S: wp.mat22d) -> wp.mat22d:
 
 @wp.func
 def _psd3(M: wp.mat33d) -> wp.mat33d:
-    "Positive-eigenvalue part of a symmetric 3×3 matrix (eigen-decomposition unless Sylvester's criterion shows it is positive definite)."
+    """Positive-eigenvalue part of a symmetric 3×3 matrix (eigen-decomposition unless Sylvester's criterion shows it is
+    positive definite)."""
     zero = wp.float64(0.0)
     out = M
     if not (M[0, 0] > zero and M[0, 0] * M[1, 1] - M[0, 1] * M[1, 0] > zero and wp.determinant(M) > zero):
@@ -136,10 +138,13 @@ def _strain_jacobian(F: mat32d, b: wp.vec2d) -> wp.mat33d:
 
 # %% ../nbs/02_membrane_bending.ipynb #ef39d2cf
 @wp.kernel
-def _membrane_energy_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype=wp.int32, ndim=2), elems: wp.array(dtype=wp.int32),
-                            B: wp.array(dtype=mat32d), area: wp.array(dtype=wp.float64), mu: wp.array(dtype=wp.float64),
-                            lam: wp.array(dtype=wp.float64), model: wp.int32, out: wp.array(dtype=wp.float64),
-                            total: wp.array(dtype=wp.float64)):
+def _membrane_energy_kernel(
+    x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype=wp.int32,
+                                               ndim=2), elems: wp.array(dtype=wp.int32), B: wp.array(
+                                                   dtype=mat32d), area: wp.array(dtype=wp.float64), mu: wp.array(
+                                                       dtype=wp.float64), lam: wp.array(
+                                                           dtype=wp.float64), model: wp.int32, out: wp.array(
+                                                               dtype=wp.float64), total: wp.array(dtype=wp.float64)):
     "Per-triangle energies into `out`, their sum added into total[0]."
     e = wp.tid()
     t = elems[e]
@@ -152,11 +157,12 @@ def _membrane_energy_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype=wp.
 
 # %% ../nbs/02_membrane_bending.ipynb #0015f719
 @wp.kernel
-def _membrane_accumulate_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype=wp.int32, ndim=2), elems: wp.array(dtype=wp.int32),
-                                B: wp.array(dtype=mat32d), area: wp.array(dtype=wp.float64), mu: wp.array(dtype=wp.float64),
+def _membrane_accumulate_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype=wp.int32, ndim=2),
+                                elems: wp.array(dtype=wp.int32), B: wp.array(dtype=mat32d),
+                                area: wp.array(dtype=wp.float64), mu: wp.array(dtype=wp.float64),
                                 lam: wp.array(dtype=wp.float64), model: wp.int32, project: wp.int32, offset: wp.int32,
-                                grad: wp.array(dtype=wp.vec3d), rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32),
-                                vals: wp.array(dtype=wp.mat33d)):
+                                grad: wp.array(dtype=wp.vec3d), rows: wp.array(dtype=wp.int32),
+                                cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d)):
     e = wp.tid()
     t = elems[e]
     Bt = B[t]
@@ -204,7 +210,8 @@ class MembraneTerm(ElementEnergyTerm):
         self.project = bool(project)   # False only for tests: the exact, possibly indefinite Hessian
         m = ipc_model
         self.device = m.device
-        self.tri, self.elems, self.B, self.area, self.mu, self.lam = m.tri, m.elastic_tri, m.tri_B, m.tri_area, m.tri_mu, m.tri_lam
+        self.tri, self.elems, self.B, self.area = m.tri, m.elastic_tri, m.tri_B, m.tri_area
+        self.mu, self.lam = m.tri_mu, m.tri_lam
         self.count = int(self.elems.shape[0])
         self._n_min = int(m.particle_count)
         self._e = wp.zeros(self.count, dtype=wp.float64, device=self.device)
@@ -213,7 +220,8 @@ class MembraneTerm(ElementEnergyTerm):
         check_term_arrays("MembraneTerm", x, self.device, n_min=self._n_min)
         if self.count:
             wp.launch(_membrane_energy_kernel, dim=self.count, device=self.device,
-                      inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam, wp.int32(self._model)], outputs=[self._e, total])
+                      inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam,
+                              wp.int32(self._model)], outputs=[self._e, total])
         return self._e
 
     def element_energies(self, x: wp.array) -> np.ndarray:
@@ -233,22 +241,31 @@ class MembraneTerm(ElementEnergyTerm):
 
 # %% ../nbs/02_membrane_bending.ipynb #6604067b
 def _membrane_batch(X, B, area, mu, lam, model, device, fn):
-    X = float_array(X, "X", (None, 3, 3), fn=fn); n = X.shape[0]
-    B = float_array(B, "B", (None, 3, 2), fn=fn); area = float_array(area, "area", (None,), fn=fn)
-    if B.shape[0] != n or area.shape[0] != n: raise ValueError(f"{fn}: X, B and area must have the same length, got {n}, {B.shape[0]}, {area.shape[0]}")
-    if np.any(area <= 0): raise ValueError(f"{fn}: area[{int(np.flatnonzero(area <= 0)[0])}] must be > 0 (a non-degenerate rest triangle)")
+    X = float_array(X, "X", (None, 3, 3), fn=fn)
+    n = X.shape[0]
+    B = float_array(B, "B", (None, 3, 2), fn=fn)
+    area = float_array(area, "area", (None, ), fn=fn)
+    if B.shape[0] != n or area.shape[0] != n: raise ValueError(f"{fn}: X, B and area must have the same length, "
+                                                               f"got {n}, {B.shape[0]}, {area.shape[0]}")
+    if np.any(area <= 0): raise ValueError(f"{fn}: area[{int(np.flatnonzero(area <= 0)[0])}] must be > 0 (a "
+                                           f"non-degenerate rest triangle)")
     mu, lam = per_element(mu, n, "mu", fn=fn), per_element(lam, n, "lam", fn=fn)
     mid = _model_id(model, fn)
     d = str(wp.get_device(device))
     arr = lambda a, dt: wp.array(a, dtype=dt, device=d)
-    return (n, mid, d, arr(X.reshape(-1, 3), wp.vec3d), arr(np.arange(3 * n, dtype=np.int32).reshape(n, 3), wp.int32),
-            arr(np.arange(n, dtype=np.int32), wp.int32), arr(B, mat32d), arr(area, wp.float64), arr(mu, wp.float64), arr(lam, wp.float64))
+    return (n, mid, d, arr(X.reshape(-1, 3), wp.vec3d), arr(np.arange(3 * n, dtype=np.int32).reshape(n, 3),
+                                                            wp.int32), arr(np.arange(n, dtype=np.int32), wp.int32),
+            arr(B, mat32d), arr(area, wp.float64), arr(mu, wp.float64), arr(lam, wp.float64))
 
 def membrane_energy(X, B, area, mu, lam, model: str = "neohookean", device=None) -> np.ndarray:
-    "Per-triangle membrane energies A0 Ψ (n,) in J of triangles `X` (n, 3, 3) with rest data `B` (n, 3, 2), `area` (n,); +inf for a collapsed Neo-Hookean triangle."
+    """Per-triangle membrane energies A0 Ψ (n,) in J of triangles `X` (n, 3, 3) with rest data `B` (n, 3, 2), `area`
+    (n,); +inf for a collapsed Neo-Hookean triangle."""
     n, mid, d, x, tri, el, Bw, aw, mw, lw = _membrane_batch(X, B, area, mu, lam, model, device, "membrane_energy")
     out = wp.zeros(n, dtype=wp.float64, device=d)
-    if n: wp.launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw, wp.int32(mid)], outputs=[out, wp.zeros(1, dtype=wp.float64, device=d)])
+    if n:
+        wp.launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw,
+                                                                    wp.int32(mid)],
+                  outputs=[out, wp.zeros(1, dtype=wp.float64, device=d)])
     return out.numpy()
 
 def _blocks_to_dense(vals: np.ndarray, n: int, per: int) -> np.ndarray:
@@ -256,14 +273,21 @@ def _blocks_to_dense(vals: np.ndarray, n: int, per: int) -> np.ndarray:
     return vals.reshape(n, per, per, 3, 3).transpose(0, 1, 3, 2, 4).reshape(n, 3 * per, 3 * per)
 
 def membrane_derivatives(X, B, area, mu, lam, model: str = "neohookean", *, project: bool = True, device=None):
-    "Energies (n,), gradients (n, 3, 3) and element Hessians (n, 9, 9) of triangles `X`; `project=False` gives the exact Hessian."
+    """Energies (n,), gradients (n, 3, 3) and element Hessians (n, 9, 9) of triangles `X`; `project=False` gives the
+    exact Hessian."""
     n, mid, d, x, tri, el, Bw, aw, mw, lw = _membrane_batch(X, B, area, mu, lam, model, device, "membrane_derivatives")
-    e = wp.zeros(n, dtype=wp.float64, device=d); g = wp.zeros(3 * n, dtype=wp.vec3d, device=d)
+    e = wp.zeros(n, dtype=wp.float64, device=d)
+    g = wp.zeros(3 * n, dtype=wp.vec3d, device=d)
     hb = HessianBlocks.allocate(9 * n, device=d)
     if n:
-        wp.launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw, wp.int32(mid)], outputs=[e, wp.zeros(1, dtype=wp.float64, device=d)])
-        wp.launch(_membrane_accumulate_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw, wp.int32(mid), wp.int32(bool(project)), wp.int32(0)],
-                  outputs=[g, hb.rows, hb.cols, hb.vals])
+        wp.launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw,
+                                                                    wp.int32(mid)],
+                  outputs=[e, wp.zeros(1, dtype=wp.float64, device=d)])
+        wp.launch(_membrane_accumulate_kernel, dim=n, device=d,
+                  inputs=[x, tri, el, Bw, aw, mw, lw,
+                          wp.int32(mid),
+                          wp.int32(bool(project)),
+                          wp.int32(0)], outputs=[g, hb.rows, hb.cols, hb.vals])
     return e.numpy(), g.numpy().reshape(n, 3, 3), _blocks_to_dense(hb.vals.numpy(), n, 3)
 
 # %% ../nbs/02_membrane_bending.ipynb #66b34e50
@@ -315,9 +339,10 @@ def _pick4(i: int, v0: wp.vec3d, v1: wp.vec3d, v2: wp.vec3d, v3: wp.vec3d) -> wp
 
 # %% ../nbs/02_membrane_bending.ipynb #a3c69762
 @wp.kernel
-def _hinge_energy_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=wp.int32, ndim=2), theta0: wp.array(dtype=wp.float64),
-                         k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64), angle: wp.array(dtype=wp.float64),
-                         total: wp.array(dtype=wp.float64)):
+def _hinge_energy_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=wp.int32,
+                                                                      ndim=2), theta0: wp.array(dtype=wp.float64),
+                         k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64),
+                         angle: wp.array(dtype=wp.float64), total: wp.array(dtype=wp.float64)):
     h = wp.tid()
     theta, ga, gb, gc, gd, valid = _hinge_geometry(x[hinge[h, 0]], x[hinge[h, 1]], x[hinge[h, 2]], x[hinge[h, 3]])
     w = _wrap(theta - theta0[h])
@@ -329,9 +354,10 @@ def _hinge_energy_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=wp.i
     wp.atomic_add(total, 0, out[h])
 
 @wp.kernel
-def _hinge_accumulate_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=wp.int32, ndim=2), theta0: wp.array(dtype=wp.float64),
-                             k: wp.array(dtype=wp.float64), offset: wp.int32, grad: wp.array(dtype=wp.vec3d),
-                             rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d)):
+def _hinge_accumulate_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=wp.int32, ndim=2),
+                             theta0: wp.array(dtype=wp.float64), k: wp.array(dtype=wp.float64), offset: wp.int32,
+                             grad: wp.array(dtype=wp.vec3d), rows: wp.array(dtype=wp.int32),
+                             cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d)):
     h = wp.tid()
     theta, ga, gb, gc, gd, valid = _hinge_geometry(x[hinge[h, 0]], x[hinge[h, 1]], x[hinge[h, 2]], x[hinge[h, 3]])
     base = offset + 16 * h
@@ -372,7 +398,8 @@ class HingeTerm(ElementEnergyTerm):
     def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         check_term_arrays("HingeTerm", x, self.device, n_min=self._n_min)
         if self.count:
-            wp.launch(_hinge_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.hinge, self.theta0, self.k], outputs=[self._e, self._theta, total])
+            wp.launch(_hinge_energy_kernel, dim=self.count, device=self.device,
+                      inputs=[x, self.hinge, self.theta0, self.k], outputs=[self._e, self._theta, total])
         return self._e
 
     def num_blocks(self) -> int: return 16 * self.count
@@ -381,32 +408,41 @@ class HingeTerm(ElementEnergyTerm):
         "Add kθ wrap(θ − θ0) ∇θ into `grad` and write the 16 blocks kθ ∇θ_i ∇θ_jᵀ of every hinge."
         check_term_arrays("HingeTerm", x, self.device, grad, blocks, offset, self.num_blocks(), self._n_min)
         if not self.count: return
-        wp.launch(_hinge_accumulate_kernel, dim=self.count, device=self.device,
-                  inputs=[x, self.hinge, self.theta0, self.k, wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
+        wp.launch(_hinge_accumulate_kernel, dim=self.count,
+                  device=self.device, inputs=[x, self.hinge, self.theta0, self.k,
+                                              wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
 
 # %% ../nbs/02_membrane_bending.ipynb #10a03a65
 def _hinge_batch(X, theta0, k, device, fn):
-    X = float_array(X, "X", (None, 4, 3), fn=fn); n = X.shape[0]
+    X = float_array(X, "X", (None, 4, 3), fn=fn)
+    n = X.shape[0]
     t0, kk = per_element(theta0, n, "theta0", fn=fn), per_element(k, n, "k", fn=fn)
     d = str(wp.get_device(device))
-    return (n, d, wp.array(X.reshape(-1, 3), dtype=wp.vec3d, device=d), wp.array(np.arange(4 * n, dtype=np.int32).reshape(n, 4), dtype=wp.int32, device=d),
-            wp.array(t0, dtype=wp.float64, device=d), wp.array(kk, dtype=wp.float64, device=d))
+    return (n, d, wp.array(X.reshape(-1, 3), dtype=wp.vec3d, device=d),
+            wp.array(np.arange(4 * n, dtype=np.int32).reshape(n, 4), dtype=wp.int32,
+                     device=d), wp.array(t0, dtype=wp.float64, device=d), wp.array(kk, dtype=wp.float64, device=d))
 
 def hinge_angle(X, device=None) -> np.ndarray:
-    "Signed dihedral angles (n,) in radians of hinges `X` (n, 4, 3) in (a, b, c, d) order (opposite, opposite, shared edge); NaN for a degenerate hinge."
+    """Signed dihedral angles (n,) in radians of hinges `X` (n, 4, 3) in (a, b, c, d) order (opposite, opposite, shared
+    edge); NaN for a degenerate hinge."""
     n, d, x, h, t0, k = _hinge_batch(X, 0.0, 0.0, device, "hinge_angle")
     e, th = wp.zeros(n, dtype=wp.float64, device=d), wp.zeros(n, dtype=wp.float64, device=d)
-    if n: wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, k], outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
+    if n:
+        wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, k],
+                  outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
     return th.numpy()
 
 def hinge_derivatives(X, theta0, k, device=None):
     "Energies (n,), angles (n,), gradients (n, 4, 3) and Gauss–Newton Hessians (n, 12, 12) of hinges `X` (n, 4, 3)."
     n, d, x, h, t0, kk = _hinge_batch(X, theta0, k, device, "hinge_derivatives")
     e, th = wp.zeros(n, dtype=wp.float64, device=d), wp.zeros(n, dtype=wp.float64, device=d)
-    g = wp.zeros(4 * n, dtype=wp.vec3d, device=d); hb = HessianBlocks.allocate(16 * n, device=d)
+    g = wp.zeros(4 * n, dtype=wp.vec3d, device=d)
+    hb = HessianBlocks.allocate(16 * n, device=d)
     if n:
-        wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, kk], outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
-        wp.launch(_hinge_accumulate_kernel, dim=n, device=d, inputs=[x, h, t0, kk, wp.int32(0)], outputs=[g, hb.rows, hb.cols, hb.vals])
+        wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, kk],
+                  outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
+        wp.launch(_hinge_accumulate_kernel, dim=n, device=d, inputs=[x, h, t0, kk, wp.int32(0)],
+                  outputs=[g, hb.rows, hb.cols, hb.vals])
     return e.numpy(), th.numpy(), g.numpy().reshape(n, 4, 3), _blocks_to_dense(hb.vals.numpy(), n, 4)
 
 # %% ../nbs/02_membrane_bending.ipynb #8ac8e766

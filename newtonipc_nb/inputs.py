@@ -20,7 +20,8 @@ __all__ = ['HINGE_RULES', 'BAG_FILM', 'mat32d', 'membrane_lame', 'bending_stiffn
 
 # %% ../nbs/00_inputs.ipynb #5920d1af
 def membrane_lame(E: float, nu: float, h: float) -> tuple[float, float]:
-    "Plane-stress membrane Lamé parameters `(mu, lam)` in N/m for Young's modulus `E` (Pa), Poisson ratio `nu` and thickness `h` (m)."
+    """Plane-stress membrane Lamé parameters `(mu, lam)` in N/m for Young's modulus `E` (Pa), Poisson ratio `nu` and
+    thickness `h` (m)."""
     if not (E > 0 and h > 0 and -1.0 < nu < 0.5):
         raise ValueError(f"membrane_lame needs E > 0, h > 0 and -1 < nu < 0.5; got E={E}, nu={nu}, h={h}")
     return E * h / (2.0 * (1.0 + nu)), E * h * nu / (1.0 - nu * nu)
@@ -107,8 +108,10 @@ def dihedral_angle(x: np.ndarray) -> np.ndarray:
     "Signed dihedral angles (radians) of hinges `x` (n, 4, 3) in (a, b, c, d) order, FP64."
     x = np.asarray(x, dtype=np.float64)
     a, b, c, d = x[:, 0], x[:, 1], x[:, 2], x[:, 3]
-    n1 = np.cross(c - a, d - a); n2 = np.cross(d - b, c - b)
-    n1 /= np.linalg.norm(n1, axis=1, keepdims=True); n2 /= np.linalg.norm(n2, axis=1, keepdims=True)
+    n1 = np.cross(c - a, d - a)
+    n2 = np.cross(d - b, c - b)
+    n1 /= np.linalg.norm(n1, axis=1, keepdims=True)
+    n2 /= np.linalg.norm(n2, axis=1, keepdims=True)
     e = (d - c) / np.linalg.norm(d - c, axis=1, keepdims=True)
     return np.arctan2(np.einsum("ij,ij->i", np.cross(n1, n2), e), np.einsum("ij,ij->i", n1, n2))
 
@@ -128,7 +131,8 @@ def _require(arr, name, shape, dtype):
     if arr.dtype != dtype:
         raise ModelError(f"model.{name} has dtype {arr.dtype}, expected {np.dtype(dtype)}")
     if arr.ndim != len(shape) or any(s is not None and s != t for s, t in zip(shape, arr.shape)):
-        raise ModelError(f"model.{name} has shape {arr.shape}, expected {tuple('n' if s is None else s for s in shape)}")
+        raise ModelError(
+            f"model.{name} has shape {arr.shape}, expected {tuple('n' if s is None else s for s in shape)}")
 
 def _first_bad(mask) -> int: return int(np.flatnonzero(mask)[0])
 
@@ -159,7 +163,8 @@ class IPCModel:
     @property
     def film_particles(self) -> np.ndarray:
         "Indices of free particles that belong to a triangle (the film)."
-        on_tri = np.zeros(self.particle_count, bool); on_tri[self.tri.numpy().ravel()] = True
+        on_tri = np.zeros(self.particle_count, bool)
+        on_tri[self.tri.numpy().ravel()] = True
         return np.flatnonzero(on_tri & (self.fixed.numpy() == 0)).astype(np.int32)
 
     def summary(self) -> pd.DataFrame:
@@ -192,8 +197,10 @@ def _particles(model):
     if not np.all(np.isfinite(q)):
         i = _first_bad(~np.isfinite(q).all(1))
         raise ModelError(f"particle {i} has a non-finite position {q[i]}")
-    if not np.all(np.isfinite(mass)): raise ModelError(f"particle {_first_bad(~np.isfinite(mass))} has a non-finite mass")
-    if np.any(mass < 0): raise ModelError(f"particle {_first_bad(mass < 0)} has a negative mass {mass[_first_bad(mass < 0)]}")
+    if not np.all(np.isfinite(mass)): raise ModelError(f"particle {_first_bad(~np.isfinite(mass))} has a "
+                                                       f"non-finite mass")
+    if np.any(mass < 0): raise ModelError(f"particle {_first_bad(mass < 0)} has a negative mass "
+                                          f"{mass[_first_bad(mass < 0)]}")
     if not np.all(np.isfinite(prad)) or np.any(prad < 0):
         i = _first_bad(~(np.isfinite(prad) & (prad >= 0)))
         raise ModelError(f"particle {i} has an invalid radius {prad[i]} (must be finite and ≥ 0)")
@@ -201,7 +208,8 @@ def _particles(model):
 
 # %% ../nbs/00_inputs.ipynb #8149c009
 def _triangles(model, xr, n):
-    "Triangles (t, 3), rest poses (t, 2, 2) FP64, materials (t, k) and rest areas (t,) of `model`, checked against `xr`."
+    """Triangles (t, 3), rest poses (t, 2, 2) FP64, materials (t, k) and rest areas (t,) of `model`, checked against
+    `xr`."""
     tri = _np(model.tri_indices, "tri_indices") if model.tri_count else np.zeros((0, 3), np.int32)
     t = tri.shape[0]
     _require(tri, "tri_indices", (t, 3), np.int32)
@@ -242,7 +250,8 @@ def _spheres(sphere_particles, tri, prad, n):
     radius = np.zeros(n)
     radius[sphere] = prad[sphere]
     bad = sphere[~(radius[sphere] > 0)]
-    if bad.size: raise ModelError(f"sphere particle {bad[0]} has radius {radius[bad[0]]}; a sphere centre needs a radius > 0")
+    if bad.size: raise ModelError(f"sphere particle {bad[0]} has radius {radius[bad[0]]}; a sphere centre needs a "
+                                  f"radius > 0")
     return sphere, radius
 
 # %% ../nbs/00_inputs.ipynb #0c411ae6
@@ -284,16 +293,23 @@ def _hinges(model, xr, n, fixed):
     "Interior hinges in (a, b, c, d) order with FP64 rest angles and k_θ, and all edges once."
     if not model.edge_count:
         return np.zeros((0, 4), np.int32), np.zeros(0), np.zeros(0), np.zeros((0, 2), np.int32)
-    e = _np(model.edge_indices, "edge_indices"); _require(e, "edge_indices", (e.shape[0], 4), np.int32)
-    bend = _np(model.edge_bending_properties, "edge_bending_properties"); _require(bend, "edge_bending_properties", (e.shape[0], 2), np.float32)
+    e = _np(model.edge_indices, "edge_indices")
+    _require(e, "edge_indices", (e.shape[0], 4), np.int32)
+    bend = _np(model.edge_bending_properties, "edge_bending_properties")
+    _require(bend, "edge_bending_properties", (e.shape[0], 2), np.float32)
     if e[:, 2:].min() < 0 or e.max() >= n:
-        i = _first_bad((e[:, 2:] < 0).any(1) | (e >= n).any(1)); raise ModelError(f"edge {i} {e[i].tolist()} references particles outside 0..{n - 1}")
+        i = _first_bad((e[:, 2:] < 0).any(1) | (e >= n).any(1))
+        raise ModelError(f"edge {i} {e[i].tolist()} "
+                         f"references particles outside "
+                         f"0..{n - 1}")
     interior = (e[:, 0] >= 0) & (e[:, 1] >= 0) & ~fixed[e.clip(0)].astype(bool).all(1)
     h = e[interior]
     theta0 = dihedral_angle(xr[h]) if len(h) else np.zeros(0)
     length = np.linalg.norm(xr[h[:, 3]] - xr[h[:, 2]], axis=1)
     if len(h) and not np.all(np.isfinite(theta0)):
-        i = _first_bad(~np.isfinite(theta0)); raise ModelError(f"hinge on edge {np.flatnonzero(interior)[i]} {h[i].tolist()} has a degenerate face at rest")
+        i = _first_bad(~np.isfinite(theta0))
+        raise ModelError(f"hinge on edge {np.flatnonzero(interior)[i]} "
+                         f"{h[i].tolist()} has a degenerate face at rest")
     k_theta = bend[interior, 0].astype(np.float64) * length
     return h.astype(np.int32), theta0, k_theta, e[:, 2:].astype(np.int32).copy()
 
@@ -306,14 +322,17 @@ def add_mesh(builder, vertices, faces, *, density: float, mu: float = 0.0, lam: 
         raise ModelError(f"add_mesh: faces must be (m, 3) indices into the {len(v)} vertices, got shape {f.shape}")
     area = 0.5 * np.linalg.norm(np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]]), axis=1)
     if f.size and not (area > 0).all():
-        i = _first_bad(~(area > 0)); raise ModelError(f"add_mesh: face {i} {f[i].tolist()} has zero area (vertices {v[f[i]].tolist()})")
+        i = _first_bad(~(area > 0))
+        raise ModelError(f"add_mesh: face {i} {f[i].tolist()} has zero area (vertices "
+                         f"{v[f[i]].tolist()})")
     start, tris = builder.particle_count, builder.tri_count
     builder.add_cloth_mesh(pos=wp.vec3(0.0, 0.0, 0.0), rot=wp.quat_identity(), scale=1.0, vel=wp.vec3(0.0, 0.0, 0.0),
                            vertices=[wp.vec3(*p) for p in np.asarray(vertices, dtype=np.float64)],
                            indices=np.asarray(faces, dtype=np.int32).ravel().tolist(), density=density,
                            tri_ke=mu, tri_ka=lam, tri_kd=0.0, edge_ke=edge_ke, edge_kd=0.0)
     if builder.tri_count - tris != len(f):
-        raise ModelError(f"add_mesh: Newton kept {builder.tri_count - tris} of the {len(f)} faces (it drops inverted or degenerate ones)")
+        raise ModelError(f"add_mesh: Newton kept {builder.tri_count - tris} of the {len(f)} faces (it drops "
+                         f"inverted or degenerate ones)")
     return start
 
 def set_hinge_stiffness(builder, first_edge: int, D: float, rule: str = "calibrated") -> np.ndarray:

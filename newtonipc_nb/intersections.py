@@ -21,7 +21,8 @@ _ORIENT2D_BOUND = wp.constant(wp.float64(1.0e-15))
 
 @wp.func
 def _filtered_sign(det: wp.float64, perm: wp.float64, bound: wp.float64) -> wp.int32:
-    "The sign of `det` when it exceeds the rounding bound `bound`·`perm` of its evaluation: −1, 0 (exactly), 1, or 2 (FP64 cannot tell)."
+    """The sign of `det` when it exceeds the rounding bound `bound`·`perm` of its evaluation: −1, 0 (exactly), 1, or 2
+    (FP64 cannot tell)."""
     s = wp.int32(2)
     if perm == wp.float64(0.0):
         s = wp.int32(0)
@@ -41,8 +42,9 @@ def _orient3d_sign(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d) -> wp.int
     m1 = bd[2] * cd[0] - bd[0] * cd[2]
     m2 = bd[0] * cd[1] - bd[1] * cd[0]
     det = ad[0] * m0 + ad[1] * m1 + ad[2] * m2
-    perm = (wp.abs(ad[0]) * (wp.abs(bd[1] * cd[2]) + wp.abs(bd[2] * cd[1])) + wp.abs(ad[1]) * (wp.abs(bd[2] * cd[0]) + wp.abs(bd[0] * cd[2]))
-            + wp.abs(ad[2]) * (wp.abs(bd[0] * cd[1]) + wp.abs(bd[1] * cd[0])))
+    perm = (wp.abs(ad[0]) * (wp.abs(bd[1] * cd[2]) + wp.abs(bd[2] * cd[1])) + wp.abs(ad[1]) *
+            (wp.abs(bd[2] * cd[0]) + wp.abs(bd[0] * cd[2])) + wp.abs(ad[2]) *
+            (wp.abs(bd[0] * cd[1]) + wp.abs(bd[1] * cd[0])))
     return _filtered_sign(det, perm, _ORIENT3D_BOUND)
 
 @wp.func
@@ -91,7 +93,8 @@ def _or_unknown(acc: wp.int32, t: wp.int32) -> wp.int32:
 def _on_seg(a: wp.vec2d, b: wp.vec2d, c: wp.vec2d) -> wp.int32:
     "c (collinear with a, b) lies in the closed box of a, b."
     r = wp.int32(0)
-    if wp.min(a[0], b[0]) <= c[0] and c[0] <= wp.max(a[0], b[0]) and wp.min(a[1], b[1]) <= c[1] and c[1] <= wp.max(a[1], b[1]):
+    if wp.min(a[0], b[0]) <= c[0] and c[0] <= wp.max(a[0], b[0]) and wp.min(a[1], b[1]) <= c[1] and c[1] <= wp.max(
+            a[1], b[1]):
         r = wp.int32(1)
     return r
 
@@ -238,7 +241,8 @@ def _tri_tri(p0: wp.vec3d, p1: wp.vec3d, p2: wp.vec3d, q0: wp.vec3d, q1: wp.vec3
 # %% ../nbs/07_intersections.ipynb #32ed2cea
 @wp.func
 def _shared_vertex_tri_tri(s: wp.vec3d, p1: wp.vec3d, p2: wp.vec3d, q1: wp.vec3d, q2: wp.vec3d) -> wp.int32:
-    "Triangles (s, p1, p2), (s, q1, q2) meet in more than s: the edge opposite s of one meets the other. 0, 1 or 2 (unknown)."
+    """Triangles (s, p1, p2), (s, q1, q2) meet in more than s: the edge opposite s of one meets the other. 0, 1 or 2
+    (unknown)."""
     res = wp.int32(2)
     e1 = _orient3d_sign(s, q1, q2, p1)
     e2 = _orient3d_sign(s, q1, q2, p2)
@@ -248,7 +252,8 @@ def _shared_vertex_tri_tri(s: wp.vec3d, p1: wp.vec3d, p2: wp.vec3d, q1: wp.vec3d
         f1 = _orient3d_sign(s, p1, p2, q1)
         f2 = _orient3d_sign(s, p1, p2, q2)
     if _side(e1, e2, e1) == 1 or _side(f1, f2, f1) == 1:
-        res = wp.int32(0)   # p1, p2 (or q1, q2) certainly on one side of the other's plane: it meets that plane in s only
+        # p1, p2 (or q1, q2) certainly on one side of the other's plane: it meets that plane in s only
+        res = wp.int32(0)
     else:
         dp = _degenerate(s, p1, p2)
         dq = _degenerate(s, q1, q2)
@@ -276,7 +281,8 @@ def _shared_vertex_tri_tri(s: wp.vec3d, p1: wp.vec3d, p2: wp.vec3d, q1: wp.vec3d
 # %% ../nbs/07_intersections.ipynb #2702250c
 @wp.func
 def _shared_edge_tri_tri(a: wp.vec3d, b: wp.vec3d, p: wp.vec3d, q: wp.vec3d) -> wp.int32:
-    "Triangles (a, b, p), (a, b, q) meet in more than ab: coplanar, p and q on the same side of ab. 0, 1 or 2 (unknown)."
+    """Triangles (a, b, p), (a, b, q) meet in more than ab: coplanar, p and q on the same side of ab. 0, 1 or 2
+    (unknown)."""
     o = _orient3d_sign(a, b, p, q)
     res = wp.int32(2)
     if o == 1 or o == -1:
@@ -295,7 +301,8 @@ def _shared_edge_tri_tri(a: wp.vec3d, b: wp.vec3d, p: wp.vec3d, q: wp.vec3d) -> 
                 if u * v > 0:
                     res = wp.int32(1)
     if res == 2:
-        # p and q certainly on opposite sides of ab in a projection (a one-to-one map of either triangle): only ab is shared
+        # p and q certainly on opposite sides of ab in a projection (a one-to-one map of either triangle): only ab is
+        # shared
         for k in range(3):
             u = _orient2d_sign(_proj(a, k), _proj(b, k), _proj(p, k))
             v = _orient2d_sign(_proj(a, k), _proj(b, k), _proj(q, k))
@@ -305,7 +312,8 @@ def _shared_edge_tri_tri(a: wp.vec3d, b: wp.vec3d, p: wp.vec3d, q: wp.vec3d) -> 
 
 # %% ../nbs/07_intersections.ipynb #e20fc833
 @wp.kernel
-def _tri_boxes_kernel(x: wp.array(dtype=wp.vec3d), f: wp.array(dtype=wp.vec3i), lo: wp.array(dtype=wp.vec3), hi: wp.array(dtype=wp.vec3)):
+def _tri_boxes_kernel(x: wp.array(dtype=wp.vec3d), f: wp.array(dtype=wp.vec3i), lo: wp.array(dtype=wp.vec3),
+                      hi: wp.array(dtype=wp.vec3)):
     i = wp.tid()
     a = x[f[i][0]]
     b = x[f[i][1]]
@@ -321,9 +329,10 @@ def _tri_boxes_kernel(x: wp.array(dtype=wp.vec3d), f: wp.array(dtype=wp.vec3i), 
                     wp.float32(h[2] + (wp.abs(h[2]) * wp.float64(2.4e-7) + wp.float64(1e-30))))
 
 @wp.kernel
-def _tri_pairs_kernel(bvh: wp.uint64, x: wp.array(dtype=wp.vec3d), f: wp.array(dtype=wp.vec3i), lo: wp.array(dtype=wp.vec3),
-                      hi: wp.array(dtype=wp.vec3), cap: wp.int32, counter: wp.array(dtype=wp.int32),
-                      hits: wp.array(dtype=wp.vec2i), unknown: wp.array(dtype=wp.vec2i)):
+def _tri_pairs_kernel(bvh: wp.uint64, x: wp.array(dtype=wp.vec3d), f: wp.array(dtype=wp.vec3i),
+                      lo: wp.array(dtype=wp.vec3), hi: wp.array(dtype=wp.vec3), cap: wp.int32,
+                      counter: wp.array(dtype=wp.int32), hits: wp.array(dtype=wp.vec2i),
+                      unknown: wp.array(dtype=wp.vec2i)):
     i = wp.tid()
     fi = f[i]
     query = wp.bvh_query_aabb(bvh, lo[i], hi[i])
@@ -344,9 +353,11 @@ def _tri_pairs_kernel(bvh: wp.uint64, x: wp.array(dtype=wp.vec3d), f: wp.array(d
             if ns == 0:
                 r = _tri_tri(x[fi[0]], x[fi[1]], x[fi[2]], x[fj[0]], x[fj[1]], x[fj[2]])
             elif ns == 1:
-                r = _shared_vertex_tri_tri(x[fi[su]], x[fi[(su + 1) % 3]], x[fi[(su + 2) % 3]], x[fj[(sv + 1) % 3]], x[fj[(sv + 2) % 3]])
+                r = _shared_vertex_tri_tri(x[fi[su]], x[fi[(su + 1) % 3]], x[fi[(su + 2) % 3]], x[fj[(sv + 1) % 3]],
+                                           x[fj[(sv + 2) % 3]])
             elif ns == 2:
-                nu = 3 - su   # the unshared vertex of each (out of range only for a face with a repeated index: zero area)
+                # the unshared vertex of each (out of range only for a face with a repeated index: zero area)
+                nu = 3 - su
                 nv = 3 - sv
                 if nu >= 0 and nu <= 2 and nv >= 0 and nv <= 2:
                     r = _shared_edge_tri_tri(x[fi[(nu + 1) % 3]], x[fi[(nu + 2) % 3]], x[fi[nu]], x[fj[nv]])
@@ -361,8 +372,11 @@ def _tri_pairs_kernel(bvh: wp.uint64, x: wp.array(dtype=wp.vec3d), f: wp.array(d
 
 # %% ../nbs/07_intersections.ipynb #bf334f4f
 def _orient3d_exact(a, b, c, d) -> int:
-    ad = [a[k] - d[k] for k in range(3)]; bd = [b[k] - d[k] for k in range(3)]; cd = [c[k] - d[k] for k in range(3)]
-    det = (ad[0] * (bd[1] * cd[2] - bd[2] * cd[1]) + ad[1] * (bd[2] * cd[0] - bd[0] * cd[2]) + ad[2] * (bd[0] * cd[1] - bd[1] * cd[0]))
+    ad = [a[k] - d[k] for k in range(3)]
+    bd = [b[k] - d[k] for k in range(3)]
+    cd = [c[k] - d[k] for k in range(3)]
+    det = (ad[0] * (bd[1] * cd[2] - bd[2] * cd[1]) + ad[1] * (bd[2] * cd[0] - bd[0] * cd[2]) + ad[2] *
+           (bd[0] * cd[1] - bd[1] * cd[0]))
     return (det > 0) - (det < 0)
 
 def _orient2d_exact(a, b, c) -> int:
@@ -372,7 +386,8 @@ def _orient2d_exact(a, b, c) -> int:
 def _proj_exact(p, k): return (p[1], p[2]) if k == 0 else ((p[2], p[0]) if k == 1 else (p[0], p[1]))
 
 def _normal_exact(p, q, r):
-    u = [q[k] - p[k] for k in range(3)]; v = [r[k] - p[k] for k in range(3)]
+    u = [q[k] - p[k] for k in range(3)]
+    v = [r[k] - p[k] for k in range(3)]
     return (u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0])
 
 def _drop_axis_exact(p, q, r) -> int:
@@ -384,7 +399,8 @@ def _on_seg_exact(a, b, c) -> bool:
     return min(a[0], b[0]) <= c[0] <= max(a[0], b[0]) and min(a[1], b[1]) <= c[1] <= max(a[1], b[1])
 
 def _seg_seg_2d_exact(a, b, c, d) -> bool:
-    o1, o2, o3, o4 = _orient2d_exact(a, b, c), _orient2d_exact(a, b, d), _orient2d_exact(c, d, a), _orient2d_exact(c, d, b)
+    o1, o2, o3, o4 = _orient2d_exact(a, b, c), _orient2d_exact(a, b, d), _orient2d_exact(c, d,
+                                                                                         a), _orient2d_exact(c, d, b)
     if o1 * o2 < 0 and o3 * o4 < 0: return True
     return ((o1 == 0 and _on_seg_exact(a, b, c)) or (o2 == 0 and _on_seg_exact(a, b, d))
             or (o3 == 0 and _on_seg_exact(c, d, a)) or (o4 == 0 and _on_seg_exact(c, d, b)))
@@ -395,7 +411,8 @@ def _pt_in_tri_2d_exact(x, p, q, r) -> bool:
     return all(_orient2d_exact(u, v, x) * s >= 0 for u, v in ((p, q), (q, r), (r, p)))
 
 def _seg_tri_2d_exact(a, b, p, q, r) -> bool:
-    return _seg_seg_2d_exact(a, b, p, q) or _seg_seg_2d_exact(a, b, q, r) or _seg_seg_2d_exact(a, b, r, p) or _pt_in_tri_2d_exact(a, p, q, r)
+    return _seg_seg_2d_exact(a, b, p, q) or _seg_seg_2d_exact(a, b, q, r) or _seg_seg_2d_exact(
+        a, b, r, p) or _pt_in_tri_2d_exact(a, p, q, r)
 
 def _tri_tri_2d_exact(P, Q) -> bool:
     return any(_seg_tri_2d_exact(P[i], P[(i + 1) % 3], *Q) for i in range(3)) or _pt_in_tri_2d_exact(Q[0], *P)
@@ -406,7 +423,8 @@ def _seg_tri_3d_exact(a, b, p, q, r) -> bool:
     if sa * sb > 0: return False
     if sa == 0 and sb == 0:
         k = _drop_axis_exact(p, q, r)
-        return _seg_tri_2d_exact(_proj_exact(a, k), _proj_exact(b, k), _proj_exact(p, k), _proj_exact(q, k), _proj_exact(r, k))
+        return _seg_tri_2d_exact(_proj_exact(a, k), _proj_exact(b, k), _proj_exact(p, k), _proj_exact(q, k),
+                                 _proj_exact(r, k))
     s = (_orient3d_exact(a, b, p, q), _orient3d_exact(a, b, q, r), _orient3d_exact(a, b, r, p))
     return min(s) >= 0 or max(s) <= 0
 
@@ -415,7 +433,8 @@ def tri_tri_intersect_exact(P, Q) -> bool:
     P = [tuple(Fraction(float(c)) for c in p) for p in np.asarray(P, dtype=np.float64)]
     Q = [tuple(Fraction(float(c)) for c in q) for q in np.asarray(Q, dtype=np.float64)]
     if not any(_normal_exact(*P)) or not any(_normal_exact(*Q)): return False
-    e = [_orient3d_exact(*P, q) for q in Q]; f = [_orient3d_exact(*Q, p) for p in P]
+    e = [_orient3d_exact(*P, q) for q in Q]
+    f = [_orient3d_exact(*Q, p) for p in P]
     if min(e) > 0 or max(e) < 0 or min(f) > 0 or max(f) < 0: return False
     if not any(e):
         k = _drop_axis_exact(*P)
@@ -440,25 +459,33 @@ def _pair_exact(P, Q, fi, fj) -> bool:
         a, b, p, q = P[(u + 1) % 3], P[(u + 2) % 3], P[u], Q[v]
         if _orient3d_exact(a, b, p, q) != 0: return False
         k = _drop_axis_exact(a, b, p)
-        return _orient2d_exact(_proj_exact(a, k), _proj_exact(b, k), _proj_exact(p, k)) * _orient2d_exact(_proj_exact(a, k), _proj_exact(b, k), _proj_exact(q, k)) > 0
+        return _orient2d_exact(_proj_exact(a, k), _proj_exact(b, k), _proj_exact(p, k)) * _orient2d_exact(
+            _proj_exact(a, k), _proj_exact(b, k), _proj_exact(q, k)) > 0
     return False
 
 # %% ../nbs/07_intersections.ipynb #f8bab1fb
 @wp.kernel
-def _tri_tri_batch_kernel(P: wp.array(dtype=wp.vec3d, ndim=2), Q: wp.array(dtype=wp.vec3d, ndim=2), out: wp.array(dtype=wp.int32)):
+def _tri_tri_batch_kernel(P: wp.array(dtype=wp.vec3d, ndim=2), Q: wp.array(dtype=wp.vec3d, ndim=2),
+                          out: wp.array(dtype=wp.int32)):
     i = wp.tid()
     out[i] = _tri_tri(P[i, 0], P[i, 1], P[i, 2], Q[i, 0], Q[i, 1], Q[i, 2])
 
 def tri_tri_intersect(P, Q, device=None) -> np.ndarray:
-    "Batch exact test of closed triangle pairs P, Q (n, 3, 3): (n,) bool (FP64 filtered signs, undecided pairs resolved exactly)."
-    P = np.array(P, dtype=np.float64); Q = np.array(Q, dtype=np.float64)
-    if P.ndim != 3 or P.shape[1:] != (3, 3) or P.shape != Q.shape: raise ValueError(f"tri_tri_intersect needs two (n, 3, 3) arrays, got {P.shape} and {Q.shape}")
+    """Batch exact test of closed triangle pairs P, Q (n, 3, 3): (n,) bool (FP64 filtered signs, undecided pairs
+    resolved exactly)."""
+    P = np.array(P, dtype=np.float64)
+    Q = np.array(Q, dtype=np.float64)
+    if P.ndim != 3 or P.shape[1:] != (3, 3) or P.shape != Q.shape: raise ValueError(f"tri_tri_intersect needs two "
+                                                                                    f"(n, 3, 3) arrays, got "
+                                                                                    f"{P.shape} and {Q.shape}")
     if not (np.isfinite(P).all() and np.isfinite(Q).all()): raise ValueError("tri_tri_intersect: non-finite coordinate")
     n = len(P)
     if n == 0: return np.zeros(0, bool)
     d = wp.get_device(device)
     out = wp.zeros(n, dtype=wp.int32, device=d)
-    wp.launch(_tri_tri_batch_kernel, dim=n, device=d, inputs=[wp.array(P, dtype=wp.vec3d, device=d), wp.array(Q, dtype=wp.vec3d, device=d)], outputs=[out])
+    wp.launch(_tri_tri_batch_kernel, dim=n, device=d,
+              inputs=[wp.array(P, dtype=wp.vec3d, device=d),
+                      wp.array(Q, dtype=wp.vec3d, device=d)], outputs=[out])
     r = out.numpy()
     for i in np.flatnonzero(r == 2): r[i] = int(tri_tri_intersect_exact(P[i], Q[i]))
     return r == 1
@@ -469,20 +496,25 @@ def _check_mesh(vertices, faces, name: str):
     return V, index_array(faces, "faces", (None, 3), fn=name, upper=len(V))
 
 def intersecting_pairs(vertices, faces, device=None, *, stats: dict | None = None) -> np.ndarray:
-    "Pairs (k, 2) of face indices i < j of triangles that meet in more than the vertex or edge they share (exact test, BVH broad phase)."
+    """Pairs (k, 2) of face indices i < j of triangles that meet in more than the vertex or edge they share (exact test,
+    BVH broad phase)."""
     V, F = _check_mesh(vertices, faces, "intersecting_pairs")
     m = len(F)
     if m < 2: return np.zeros((0, 2), np.int32)
     d = wp.get_device(device)
-    x = wp.array(V, dtype=wp.vec3d, device=d); f = wp.array(F, dtype=wp.vec3i, device=d)
-    lo = wp.zeros(m, dtype=wp.vec3, device=d); hi = wp.zeros(m, dtype=wp.vec3, device=d)
+    x = wp.array(V, dtype=wp.vec3d, device=d)
+    f = wp.array(F, dtype=wp.vec3i, device=d)
+    lo = wp.zeros(m, dtype=wp.vec3, device=d)
+    hi = wp.zeros(m, dtype=wp.vec3, device=d)
     wp.launch(_tri_boxes_kernel, dim=m, device=d, inputs=[x, f], outputs=[lo, hi])
     bvh = wp.Bvh(lo, hi)
     cap = max(64, m // 4)
     while True:
         counter = wp.zeros(2, dtype=wp.int32, device=d)
-        hits = wp.zeros(cap, dtype=wp.vec2i, device=d); unknown = wp.zeros(cap, dtype=wp.vec2i, device=d)
-        wp.launch(_tri_pairs_kernel, dim=m, device=d, inputs=[bvh.id, x, f, lo, hi, wp.int32(cap)], outputs=[counter, hits, unknown])
+        hits = wp.zeros(cap, dtype=wp.vec2i, device=d)
+        unknown = wp.zeros(cap, dtype=wp.vec2i, device=d)
+        wp.launch(_tri_pairs_kernel, dim=m, device=d, inputs=[bvh.id, x, f, lo, hi, wp.int32(cap)],
+                  outputs=[counter, hits, unknown])
         nh, nu = (int(v) for v in counter.numpy())
         if max(nh, nu) <= cap: break
         cap = int(1.5 * max(nh, nu)) + 64
@@ -494,5 +526,6 @@ def intersecting_pairs(vertices, faces, device=None, *, stats: dict | None = Non
     return out[np.lexsort((out[:, 1], out[:, 0]))] if len(out) else out
 
 def count_intersections(vertices, faces, device=None) -> int:
-    "Number of pairs of triangles that meet in more than the vertex or edge they share (touching counts), exact in FP64 input."
+    """Number of pairs of triangles that meet in more than the vertex or edge they share (touching counts), exact in
+    FP64 input."""
     return int(len(intersecting_pairs(vertices, faces, device)))

@@ -46,8 +46,11 @@ def ignored_settings(model) -> pd.DataFrame:
     "The parameters `model` sets that SolverIPC does not use (non-zero damping, springs, tetrahedra, rigid bodies ...)."
     rows = []
     add = lambda name, why: rows.append((name, why))
-    if model.tri_count and _any(model.tri_materials, lambda v: (v[:, 2:] != 0).any()): add("tri_kd / tri_drag / tri_lift", "no element damping or aerodynamics")
-    if model.edge_count and _any(model.edge_bending_properties, lambda v: (v[:, 1] != 0).any()): add("edge_kd", "no bending damping")
+    if model.tri_count and _any(model.tri_materials, lambda v: (v[:, 2:] != 0).any()):
+        add("tri_kd / tri_drag / tri_lift", "no element damping or "
+            "aerodynamics")
+    if model.edge_count and _any(model.edge_bending_properties, lambda v: (v[:, 1] != 0).any()):
+        add("edge_kd", "no bending damping")
     if model.spring_count: add(f"{model.spring_count} springs", "springs are not simulated")
     if model.tet_count: add(f"{model.tet_count} tetrahedra", "volumetric elements are not simulated")
     if model.body_count: add(f"{model.body_count} bodies", "bodies are kinematic: posed by the caller, not simulated")

@@ -9,7 +9,8 @@ import numpy as np
 import warp as wp
 
 from .checks import float_array, index_array, per_element
-from .terms import ElementEnergyTerm, HessianBlocks, add_gradient, check_term_arrays, skip_block, write_block
+from .terms import (ElementEnergyTerm, HessianBlocks, add_gradient, check_term_arrays, skip_block,
+                                write_block)
 
 # %% auto #0
 __all__ = ['TIE_STIFFNESS', 'SupportTerm', 'InertiaTerm', 'TieTerm']
@@ -17,7 +18,8 @@ __all__ = ['TIE_STIFFNESS', 'SupportTerm', 'InertiaTerm', 'TieTerm']
 # %% ../nbs/02a_supports.ipynb #3500b466
 @wp.kernel
 def _support_energy_kernel(x: wp.array(dtype=wp.vec3d), idx: wp.array(dtype=wp.int32), target: wp.array(dtype=wp.vec3d),
-                           k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64), total: wp.array(dtype=wp.float64)):
+                           k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64),
+                           total: wp.array(dtype=wp.float64)):
     s = wp.tid()
     r = x[idx[s]] - target[s]
     out[s] = wp.float64(0.5) * k[s] * wp.dot(r, r)
@@ -26,9 +28,10 @@ def _support_energy_kernel(x: wp.array(dtype=wp.vec3d), idx: wp.array(dtype=wp.i
     wp.atomic_add(total, 0, out[s])
 
 @wp.kernel
-def _support_accumulate_kernel(x: wp.array(dtype=wp.vec3d), idx: wp.array(dtype=wp.int32), target: wp.array(dtype=wp.vec3d),
-                               k: wp.array(dtype=wp.float64), offset: wp.int32, grad: wp.array(dtype=wp.vec3d),
-                               rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d)):
+def _support_accumulate_kernel(x: wp.array(dtype=wp.vec3d), idx: wp.array(dtype=wp.int32),
+                               target: wp.array(dtype=wp.vec3d), k: wp.array(dtype=wp.float64), offset: wp.int32,
+                               grad: wp.array(dtype=wp.vec3d), rows: wp.array(dtype=wp.int32),
+                               cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d)):
     s = wp.tid()
     i = idx[s]
     g = k[s] * (x[i] - target[s])
@@ -49,13 +52,17 @@ class SupportTerm(ElementEnergyTerm):
         "Remove every support (a release)."
         d = self.device
         self.count, self._n_min = 0, 0
-        self.indices = wp.zeros(0, dtype=wp.int32, device=d); self.targets = wp.zeros(0, dtype=wp.vec3d, device=d)
-        self.stiffness = wp.zeros(0, dtype=wp.float64, device=d); self._e = wp.zeros(0, dtype=wp.float64, device=d)
+        self.indices = wp.zeros(0, dtype=wp.int32, device=d)
+        self.targets = wp.zeros(0, dtype=wp.vec3d, device=d)
+        self.stiffness = wp.zeros(0, dtype=wp.float64, device=d)
+        self._e = wp.zeros(0, dtype=wp.float64, device=d)
 
     def set(self, indices, targets, stiffness) -> None:
-        "Replace the supports: particles `indices` (n,), `targets` (n, 3) in m, `stiffness` scalar or (n,) in N/m (≥ 0)."
+        """Replace the supports: particles `indices` (n,), `targets` (n, 3) in m, `stiffness` scalar or (n,) in N/m (≥
+        0)."""
         fn = "SupportTerm.set"
-        idx = index_array(indices, "indices", (None,), fn=fn); n = idx.shape[0]
+        idx = index_array(indices, "indices", (None, ), fn=fn)
+        n = idx.shape[0]
         t = float_array(targets, "targets", (None, 3), fn=fn)
         if t.shape[0] != n: raise ValueError(f"{fn}: targets has {t.shape[0]} rows for {n} indices")
         k = per_element(stiffness, n, "stiffness", fn=fn)
@@ -68,7 +75,8 @@ class SupportTerm(ElementEnergyTerm):
     def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         check_term_arrays("SupportTerm", x, self.device, n_min=self._n_min)
         if self.count:
-            wp.launch(_support_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.indices, self.targets, self.stiffness], outputs=[self._e, total])
+            wp.launch(_support_energy_kernel, dim=self.count, device=self.device,
+                      inputs=[x, self.indices, self.targets, self.stiffness], outputs=[self._e, total])
         return self._e
 
     def num_blocks(self) -> int: return self.count
@@ -78,7 +86,8 @@ class SupportTerm(ElementEnergyTerm):
         check_term_arrays("SupportTerm", x, self.device, grad, blocks, offset, self.count, self._n_min)
         if not self.count: return
         wp.launch(_support_accumulate_kernel, dim=self.count, device=self.device,
-                  inputs=[x, self.indices, self.targets, self.stiffness, wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
+                  inputs=[x, self.indices, self.targets, self.stiffness,
+                          wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
 
 # %% ../nbs/02a_supports.ipynb #71434808
 class InertiaTerm(SupportTerm):
@@ -107,8 +116,9 @@ def _tie_hessian(d: wp.vec3d, L: wp.float64, k: wp.float64, project: wp.int32) -
 
 # %% ../nbs/02a_supports.ipynb #19b5ceab
 @wp.kernel
-def _tie_energy_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.int32, ndim=2), rest: wp.array(dtype=wp.float64),
-                       k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64), total: wp.array(dtype=wp.float64)):
+def _tie_energy_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.int32, ndim=2),
+                       rest: wp.array(dtype=wp.float64), k: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64),
+                       total: wp.array(dtype=wp.float64)):
     p = wp.tid()
     r = wp.length(x[pairs[p, 0]] - x[pairs[p, 1]]) - rest[p]
     out[p] = wp.float64(0.5) * k[p] * r * r
@@ -117,9 +127,10 @@ def _tie_energy_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.int
     wp.atomic_add(total, 0, out[p])
 
 @wp.kernel
-def _tie_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.int32, ndim=2), rest: wp.array(dtype=wp.float64),
-                           k: wp.array(dtype=wp.float64), project: wp.int32, offset: wp.int32, grad: wp.array(dtype=wp.vec3d),
-                           rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d)):
+def _tie_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.int32, ndim=2),
+                           rest: wp.array(dtype=wp.float64), k: wp.array(dtype=wp.float64), project: wp.int32,
+                           offset: wp.int32, grad: wp.array(dtype=wp.vec3d), rows: wp.array(dtype=wp.int32),
+                           cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d)):
     p = wp.tid()
     i = pairs[p, 0]
     j = pairs[p, 1]
@@ -153,17 +164,22 @@ class TieTerm(ElementEnergyTerm):
         "Remove the tie."
         d = self.device
         self.count, self._n_min = 0, 0
-        self.pairs = wp.zeros((0, 2), dtype=wp.int32, device=d); self.rest_lengths = wp.zeros(0, dtype=wp.float64, device=d)
-        self.stiffness = wp.zeros(0, dtype=wp.float64, device=d); self._e = wp.zeros(0, dtype=wp.float64, device=d)
+        self.pairs = wp.zeros((0, 2), dtype=wp.int32, device=d)
+        self.rest_lengths = wp.zeros(0, dtype=wp.float64, device=d)
+        self.stiffness = wp.zeros(0, dtype=wp.float64, device=d)
+        self._e = wp.zeros(0, dtype=wp.float64, device=d)
 
     def set(self, pairs, rest_lengths, stiffness=None) -> None:
-        "Replace the tie: particle `pairs` (m, 2), `rest_lengths` (m,) in m (≥ 0), `stiffness` scalar or (m,) N/m (default: the term's k)."
+        """Replace the tie: particle `pairs` (m, 2), `rest_lengths` (m,) in m (≥ 0), `stiffness` scalar or (m,) N/m
+        (default: the term's k)."""
         fn = "TieTerm.set"
-        pr = index_array(pairs, "pairs", (None, 2), fn=fn); m = pr.shape[0]
+        pr = index_array(pairs, "pairs", (None, 2), fn=fn)
+        m = pr.shape[0]
         L = float_array(rest_lengths, "rest_lengths", (None,), fn=fn) if m or np.size(rest_lengths) else np.zeros(0)
         if L.shape[0] != m: raise ValueError(f"{fn}: rest_lengths has {L.shape[0]} entries for {m} pairs")
         if np.any(L < 0): raise ValueError(f"{fn}: rest_lengths[{int(np.flatnonzero(L < 0)[0])}] is negative")
-        if np.any(pr[:, 0] == pr[:, 1]): raise ValueError(f"{fn}: pair {int(np.flatnonzero(pr[:, 0] == pr[:, 1])[0])} joins a particle to itself")
+        if np.any(pr[:, 0] == pr[:, 1]):
+            raise ValueError(f"{fn}: pair {int(np.flatnonzero(pr[:, 0] == pr[:, 1])[0])} joins a particle to itself")
         k = per_element(self.k if stiffness is None else stiffness, m, "stiffness", fn=fn)
         if np.any(k < 0): raise ValueError(f"{fn}: stiffness[{int(np.flatnonzero(k < 0)[0])}] is negative")
         d = self.device
@@ -179,7 +195,8 @@ class TieTerm(ElementEnergyTerm):
     def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         check_term_arrays("TieTerm", x, self.device, n_min=self._n_min)
         if self.count:
-            wp.launch(_tie_energy_kernel, dim=self.count, device=self.device, inputs=[x, self.pairs, self.rest_lengths, self.stiffness], outputs=[self._e, total])
+            wp.launch(_tie_energy_kernel, dim=self.count, device=self.device,
+                      inputs=[x, self.pairs, self.rest_lengths, self.stiffness], outputs=[self._e, total])
         return self._e
 
     def num_blocks(self) -> int: return 4 * self.count

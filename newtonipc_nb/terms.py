@@ -27,8 +27,8 @@ class HessianBlocks:
     @classmethod
     def allocate(cls, n: int, device=None) -> "HessianBlocks":
         "Room for `n` blocks, all marked unused (row = col = −1)."
-        return cls(rows=wp.full(n, -1, dtype=wp.int32, device=device), cols=wp.full(n, -1, dtype=wp.int32, device=device),
-                   vals=wp.zeros(n, dtype=wp.mat33d, device=device))
+        return cls(rows=wp.full(n, -1, dtype=wp.int32, device=device),
+                   cols=wp.full(n, -1, dtype=wp.int32, device=device), vals=wp.zeros(n, dtype=wp.mat33d, device=device))
 
     def __len__(self) -> int: return self.rows.shape[0]
 
@@ -42,7 +42,8 @@ def write_block(rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32), 
     vals[slot] = h
 
 @wp.func
-def skip_block(rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d), slot: wp.int32):
+def skip_block(rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d),
+               slot: wp.int32):
     "Mark `slot` unused (row = col = −1): the assembly drops it."
     rows[slot] = -1
     cols[slot] = -1
@@ -69,10 +70,13 @@ class EnergyTerm:
     of one assembly, e.g. to select the active elements) have defaults."""
     def energy(self, x: wp.array) -> float: raise NotImplementedError
     def num_blocks(self) -> int: raise NotImplementedError
-    def accumulate(self, x: wp.array, grad: wp.array, blocks: HessianBlocks, offset: int) -> None: raise NotImplementedError
+
+    def accumulate(self, x: wp.array, grad: wp.array, blocks: HessianBlocks, offset: int) -> None:
+        raise NotImplementedError
     def prepare(self, x: wp.array) -> None: pass
     def restrict(self, contacts) -> None:
-        "The contact candidates that can matter to the coming evaluations (None: all may); terms without contacts ignore it."
+        """The contact candidates that can matter to the coming evaluations (None: all may); terms without contacts
+        ignore it."""
     def add_energy(self, x: wp.array, out: wp.array) -> None:
         "Add the energy at x into out[0] (a float64 device array)."
         e = wp.array([self.energy(x)], dtype=wp.float64, device=out.device)
@@ -81,7 +85,8 @@ class EnergyTerm:
 # %% ../nbs/01_terms.ipynb #65f5db46
 class ElementEnergyTerm(EnergyTerm):
     """An `EnergyTerm` whose `_energies(x, total)` writes one energy per element into a device array and adds their sum
-    into total[0]: `energy` sums the elements on the host, `add_energy` passes its accumulator (one launch, no host read)."""
+    into total[0]: `energy` sums the elements on the host, `add_energy` passes its accumulator (one launch, no host
+    read)."""
     def _energies(self, x: wp.array, total: wp.array) -> wp.array: raise NotImplementedError
     def _scratch(self) -> wp.array:
         "A device scalar for launches whose sum is not wanted."
@@ -92,26 +97,33 @@ class ElementEnergyTerm(EnergyTerm):
         if self.count: self._energies(x, out)
 
 # %% ../nbs/01_terms.ipynb #d2915fbc
-def check_term_arrays(name: str, x: wp.array, device, grad: wp.array | None = None, blocks=None, offset: int = 0, nb: int = 0, n_min: int = 0):
+def check_term_arrays(name: str, x: wp.array, device, grad: wp.array | None = None, blocks=None, offset: int = 0,
+                      nb: int = 0, n_min: int = 0):
     "Shape, dtype and device checks shared by the terms' entry points."
     for an, a in (("x", x), ("grad", grad)):
         if a is None: continue
         if not isinstance(a, wp.array) or a.dtype != wp.vec3d or a.ndim != 1:
             raise ValueError(f"{name}: {an} must be a 1-D wp.array of wp.vec3d")
         if str(a.device) != str(device): raise ValueError(f"{name}: {an} is on {a.device}, the term on {device}")
-    if x.shape[0] < n_min: raise ValueError(f"{name}: x holds {x.shape[0]} particles, the term references particle {n_min - 1}")
-    if grad is not None and grad.shape != x.shape: raise ValueError(f"{name}: grad has shape {grad.shape}, x has {x.shape}")
+    if x.shape[0] < n_min: raise ValueError(f"{name}: x holds {x.shape[0]} particles, the term references particle "
+                                            f"{n_min - 1}")
+    if grad is not None and grad.shape != x.shape: raise ValueError(f"{name}: grad has shape {grad.shape}, x has "
+                                                                    f"{x.shape}")
     if blocks is not None and (offset < 0 or offset + nb > len(blocks)):
         raise ValueError(f"{name}: blocks [{offset}, {offset + nb}) do not fit a buffer of {len(blocks)}")
 
 # %% ../nbs/01_terms.ipynb #82c73807
 def term_derivatives(term: EnergyTerm, x, device=None) -> tuple[float, np.ndarray, np.ndarray]:
     "Energy, gradient (N, 3) and dense assembled Hessian (3N, 3N) of `term` at positions `x` (N, 3)."
-    x = float_array(x, "x", (None, 3), fn="term_derivatives"); n = x.shape[0]
+    x = float_array(x, "x", (None, 3), fn="term_derivatives")
+    n = x.shape[0]
     d = str(wp.get_device(device if device is not None else getattr(term, "device", None)))
-    xw = wp.array(x, dtype=wp.vec3d, device=d); g = wp.zeros(n, dtype=wp.vec3d, device=d)
-    nb = term.num_blocks(); hb = HessianBlocks.allocate(nb, device=d)
-    e = term.energy(xw); term.accumulate(xw, g, hb, 0)
+    xw = wp.array(x, dtype=wp.vec3d, device=d)
+    g = wp.zeros(n, dtype=wp.vec3d, device=d)
+    nb = term.num_blocks()
+    hb = HessianBlocks.allocate(nb, device=d)
+    e = term.energy(xw)
+    term.accumulate(xw, g, hb, 0)
     H = np.zeros((n, 3, n, 3))
     r, c, v = hb.rows.numpy(), hb.cols.numpy(), hb.vals.numpy()
     ok = (r >= 0) & (c >= 0)

@@ -1,4 +1,5 @@
-"""The bag scene end to end: the reference implementation's two-step smoke check, the first phase, the CLI's file, and the full run (slow)."""
+"""The bag scene end to end: the reference implementation's two-step smoke check, the first phase, the CLI's file, and
+the full run (slow)."""
 import errno
 import json
 import os
@@ -81,17 +82,19 @@ def test_resume_continues_a_saved_run(tmp_path):
         run_bag(6 * DT, progress=False, resume=tmp_path / "every2.npz")
 
 
-# --- `newtonipc-bag` never loses a finished run: the console script in subprocesses -------------------------------------
+# --- `newtonipc-bag` never loses a finished run: the console script in subprocesses
+# -------------------------------------
 def bag_cli(*args):
     "`newtonipc-bag` with `args`, in this process (see `in_process`)."
     return in_process(BAG, *args)
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--until", "nan"], "≥ 0.00416667"), (["--until", "-1"], "≥ 0.00416667"), (["--until", "0"], "≥ 0.00416667"),
-    (["--until", "inf"], "≥ 0.00416667"), (["--until", "ten"], "not a finite time"), (["--every", "0"], "whole number ≥ 1"),
-    (["--every", "-3"], "whole number ≥ 1"), (["--resume", "x.npz", "--resume-at", "nan"], "finite time in seconds > 0"),
-    (["--resume-at", "0.1"], "needs --resume"), (["--save-every", "-1"], "≥ 0")])
+@pytest.mark.parametrize("argv, says", [(["--until", "nan"], "≥ 0.00416667"), (["--until", "-1"], "≥ 0.00416667"),
+                                        (["--until", "0"], "≥ 0.00416667"), (["--until", "inf"], "≥ 0.00416667"),
+                                        (["--until", "ten"], "not a finite time"),
+                                        (["--every", "0"], "whole number ≥ 1"), (["--every", "-3"], "whole number ≥ 1"),
+                                        (["--resume", "x.npz", "--resume-at", "nan"], "finite time in seconds > 0"),
+                                        (["--resume-at", "0.1"], "needs --resume"), (["--save-every", "-1"], "≥ 0")])
 def test_cli_argument_ranges(argv, says, tmp_path):
     r = bag_cli(*argv, "--out", tmp_path / "x.npz")
     one_line(r, 2, "newtonipc-bag: error:", says)
@@ -117,13 +120,17 @@ def test_cli_checks_out_before_the_first_step(where, says, tmp_path):
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
 def test_cli_checks_out_is_writable(tmp_path):
-    ro = tmp_path / "ro"; ro.mkdir(); ro.chmod(0o555)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
     try: one_line(bag_cli("--out", ro / "x.npz", "--until", DT), 2, "cannot write in", "Permission denied")
     finally: ro.chmod(0o755)
 
 
 def _truncated(path):
-    fake_run(path); path.write_bytes(path.read_bytes()[:2000]); return path
+    fake_run(path)
+    path.write_bytes(path.read_bytes()[:2000])
+    return path
 
 @pytest.mark.parametrize("make, says", [
     (lambda p: p, "no such file"),
@@ -132,10 +139,12 @@ def _truncated(path):
     (lambda p: (p.write_text("film,spheres\n1,2\n"), p)[1], "not a readable .npz"),
     (lambda p: fake_run(p, film=None), "it has no film array"),
     (lambda p: fake_run(p, positions=np.zeros(3), time=None), "it has no time array"),
-    (lambda p: fake_run(p, film=np.zeros((5, 400, 3), np.float32)), "film has shape (5, 400, 3), this scene needs (5, 481, 3)"),
+    (lambda p: fake_run(p, film=np.zeros((5, 400, 3), np.float32)), "film has shape (5, 400, 3), this scene needs "
+                                                                    "(5, 481, 3)"),
     (lambda p: fake_run(p, spheres=np.zeros((4, 7, 3), np.float32)), "spheres has shape (4, 7, 3)"),
     (lambda p: fake_run(p, film=np.full((5, 481, 3), np.nan, np.float32)), "5 of 5 frames hold NaN"),
-    (lambda p: fake_run(p, time=np.r_[0.0, 1.0, 2.0, 3.0, np.nan]), "1 of 5 frames hold NaN or infinite values (the first is frame 4)"),
+    (lambda p: fake_run(p, time=np.r_[0.0, 1.0, 2.0, 3.0, np.nan]), "1 of 5 frames hold NaN or infinite values "
+                                                                    "(the first is frame 4)"),
     (lambda p: fake_run(p, time=np.arange(5) * 2 * DT), "every step stored"),
     (lambda p: fake_run(p, frames=1), "a frame after t = 0"),
 ])
@@ -157,7 +166,8 @@ def test_cli_resume_rules(tmp_path):
 
 
 def _wait_for_frames(p, path, n, timeout=300):
-    "Wait until the running command `p` has saved at least `n` frames in `path` (its writes are atomic: a file there is whole)."
+    """Wait until the running command `p` has saved at least `n` frames in `path` (its writes are atomic: a file there
+    is whole)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         assert p.poll() is None, f"newtonipc-bag exited {p.returncode} before {n} frames were saved"
@@ -167,7 +177,8 @@ def _wait_for_frames(p, path, n, timeout=300):
 
 
 def _interrupt(tmp_path, sig, out):
-    "Start the whole scene, send `sig` once 3 frames are saved; the exit code, the last stderr line and the saved trajectory."
+    """Start the whole scene, send `sig` once 3 frames are saved; the exit code, the last stderr line and the saved
+    trajectory."""
     err = tmp_path / f"stderr-{sig}.txt"
     with open(err, "w") as e:
         p = subprocess.Popen([str(BAG), "--until", "10.5", "--out", str(out), "--device", "cpu", "--save-every", "0"],
@@ -189,7 +200,8 @@ def test_sigterm_saves_the_run_and_resume_finishes_it_exactly(tmp_path):
     rc, last, d = _interrupt(tmp_path, signal.SIGTERM, out)
     m = len(d["time"])
     assert rc == 143 and str(d["stopped"]).startswith("stopped by SIGTERM at t = ") and m >= 3
-    assert f"{m} frames saved in {out}; continue with: newtonipc-bag --resume {out} --out {out} --until 10.5 --device cpu" in last
+    assert (f"{m} frames saved in {out}; continue with: newtonipc-bag --resume {out} --out {out} --until 10.5 "
+               f"--device cpu") in last
     assert not (tmp_path / "run.json").exists(), "the table of the file replaced is gone"
     assert not list(tmp_path.glob("*.tmp*"))
     n = m - 1 + 3                                           # three steps more than were saved
@@ -254,14 +266,16 @@ def test_until_past_the_scene_says_what_happens(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(bag_cli_module, "run_bag", stop)
     assert main(["--until", "12", "--out", str(tmp_path / "x.npz"), "--device", "cpu"]) == 130
     cap = capsys.readouterr()
-    assert "the scene ends at 10.50 s (every support released at 9.40 s); from there to 12.00 s the bag rests on the floor with no supports" in cap.out
+    assert ("the scene ends at 10.50 s (every support released at 9.40 s); from there to 12.00 s the bag rests on "
+               "the floor with no supports") in cap.out
     assert "nothing was written" in cap.err
 
 
 def test_save_every_writes_during_the_run(tmp_path):
     "With save_every=0 the file is written after every step (and at the end): each write sees one more frame."
     seen = []
-    run_bag(3 * DT, out=tmp_path / "r.npz", progress=False, save_every=0, on_save=lambda tr, p: seen.append(len(tr.time)))
+    run_bag(3 * DT, out=tmp_path / "r.npz", progress=False, save_every=0,
+            on_save=lambda tr, p: seen.append(len(tr.time)))
     assert seen == [2, 3, 4] and not list(tmp_path.glob("*.tmp*"))
 
 
@@ -298,7 +312,8 @@ def test_support_and_tie_totals_do_not_depend_on_resolution(k):
     x1, xk = bag_mesh(1)[0], bag_mesh(k)[0]
     p1, pk = tie_pairs(), tie_pairs(k)
     assert pk.shape == (48, 2)
-    np.testing.assert_array_equal(np.linalg.norm(xk[pk[:, 0]] - xk[pk[:, 1]], axis=1), np.linalg.norm(x1[p1[:, 0]] - x1[p1[:, 1]], axis=1))
+    np.testing.assert_array_equal(np.linalg.norm(xk[pk[:, 0]] - xk[pk[:, 1]], axis=1),
+                                  np.linalg.norm(x1[p1[:, 0]] - x1[p1[:, 1]], axis=1))
     # what the choreography asks of a step: the same total stiffness on each group at every resolution
     c1, ck = (Choreographer(resolution=r).controls(0.5, bag_mesh(r)[0]) for r in (1, k))
     assert ck.support_stiffness.sum() == pytest.approx(c1.support_stiffness.sum(), rel=1e-12)
@@ -338,17 +353,21 @@ def test_bag_smoke_two_steps_at_resolution_2(tmp_path):
 @pytest.mark.parametrize("value", ["3", "0", "x", "1.5", "-2"])
 def test_cli_resolution_must_be_1_2_or_4(value, tmp_path):
     r = bag_cli("--resolution", value, "--out", tmp_path / "x.npz")
-    one_line(r, 2, "newtonipc-bag: error: argument --resolution:", f"'{value}' is not a mesh resolution: give 1, 2 or 4")
+    one_line(r, 2, "newtonipc-bag: error: argument --resolution:", f"'{value}' is not a mesh resolution: give 1, 2 "
+                                                                   f"or 4")
     assert r.stdout == "" and list(tmp_path.iterdir()) == []
 
 
 def test_cli_refuses_to_resume_a_run_of_another_resolution(tmp_path):
     v2, f2 = bag_mesh(2)
-    two = fake_run(tmp_path / "two.npz", film=np.repeat(v2[None].astype(np.float32), 5, 0), faces=f2)   # an older file: no resolution entry
-    one_line(bag_cli("--resume", two, "--out", tmp_path / "b.npz", "--until", 0.1), 2, f"--resume {two}",
-             "a run of the bag mesh at resolution 2 (1761 film vertices)", "this run is at resolution 1", "give --resolution 2 to use it")
+    # an older file: no resolution entry
+    two = fake_run(tmp_path / "two.npz", film=np.repeat(v2[None].astype(np.float32), 5, 0), faces=f2)
+    one_line(bag_cli("--resume", two, "--out", tmp_path / "b.npz", "--until",
+                     0.1), 2, f"--resume {two}", "a run of the bag mesh at resolution 2 (1761 film vertices)",
+             "this run is at resolution 1", "give --resolution 2 to use it")
     one = fake_run(tmp_path / "one.npz", resolution=np.asarray(1))
-    one_line(bag_cli("--resume", one, "--out", tmp_path / "b.npz", "--until", 0.1, "--resolution", "4"), 2,
-             "a run of the bag mesh at resolution 1 (481 film vertices)", "this run is at resolution 4", "give --resolution 1")
+    one_line(bag_cli("--resume", one, "--out", tmp_path / "b.npz", "--until", 0.1, "--resolution",
+                     "4"), 2, "a run of the bag mesh at resolution 1 (481 film vertices)",
+             "this run is at resolution 4", "give --resolution 1")
     assert read_trajectory(two, 2)["film"].shape == (5, 1761, 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.npz", "two.npz"]

@@ -30,15 +30,20 @@ def nothing_computed(monkeypatch):
     monkeypatch.setattr(bag_run.BagScene, "build", build)
 
 
-# --- run_bag: every argument refused before anything is built, in the command's words -------------------------------------
+# --- run_bag: every argument refused before anything is built, in the command's words
+# -------------------------------------
 @pytest.mark.parametrize("kwargs, says, cli_args", [
     (dict(every=0), "every: 0 is out of range: give a whole number ≥ 1", ["--every", "0"]),
     (dict(every=1.5), "every: 1.5 is not a whole number", None),
-    (dict(until=math.nan), "until: nan is out of range: give a finite time in seconds ≥ 0.00416667", ["--until", "nan"]),
+    (dict(until=math.nan), "until: nan is out of range: give a finite time in seconds ≥ 0.00416667", ["--until", "nan"
+                                                                                                      ]),
     (dict(until=-1), "until: -1 is out of range: give a finite time in seconds ≥ 0.00416667", ["--until", "-1"]),
-    (dict(save_every=-1.0), "save_every: -1 is out of range: give a finite time in seconds ≥ 0", ["--save-every", "-1"]),
-    (dict(resume="x.npz", resume_at=math.nan), "resume_at: nan is out of range: give a finite time in seconds > 0", None),
-    (dict(timeline="garbage"), "timeline: a list of rows (start s, end s, action, group, parameters, what), got str", None),
+    (dict(save_every=-1.0), "save_every: -1 is out of range: give a finite time in seconds ≥ 0", ["--save-every", "-1"
+                                                                                                  ]),
+    (dict(resume="x.npz",
+          resume_at=math.nan), "resume_at: nan is out of range: give a finite time in seconds > 0", None),
+    (dict(timeline="garbage"), "timeline: a list of rows (start s, end s, action, group, parameters, what), got str",
+     None),
     (dict(timeline=[(0.0, 1.0, "wave", "neck", {}, "")]), "timeline row 0: unknown action 'wave'", None),
     (dict(timeline=[(0.0, 1.0, "hold", "elbow", {}, "")]), "timeline row 0: unknown support group 'elbow'", None),
     (dict(timeline=[(1.0, 0.5, "hold", "neck", {}, "")]), "timeline row 0: 0.5 is out of range", None),
@@ -62,10 +67,12 @@ def test_run_bag_refuses_bad_arguments_before_building_anything(kwargs, says, cl
 
 def test_run_bag_checks_a_resume_dict_and_until_first(nothing_computed, tmp_path):
     d = load_trajectory(fake_run(tmp_path / "r.npz"))
-    with pytest.raises(BadInput, match="until 0.0125: the run resumed at t = 0.0167 s has nothing left to compute; give a later until"):
+    with pytest.raises(BadInput, match="until 0.0125: the run resumed at t = 0.0167 s has nothing left to compute; "
+                                       "give a later until"):
         run_bag(3 * DT, resume=d, progress=False)
     d["faces"] = d["faces"].astype(np.float64)
-    with pytest.raises(BadInput, match="resume: faces holds float64 values, a saved run stores integer vertex indices there"):
+    with pytest.raises(BadInput, match="resume: faces holds float64 values, a saved run stores integer vertex "
+                                       "indices there"):
         run_bag(0.1, resume=d, progress=False)
 
 
@@ -78,19 +85,26 @@ def test_device_cuda_without_a_gpu_is_bad_input(nothing_computed, tmp_path):
     assert r.stdout == "" and list(tmp_path.iterdir()) == []
 
 
-# --- saved runs: every array checked before the first step --------------------------------------------------------------
+# --- saved runs: every array checked before the first step
+# --------------------------------------------------------------
 @pytest.mark.parametrize("make, says", [
-    (lambda p: fake_run(p, time=np.array(["0", "a", "b", "c", "d"])), "time holds <U1 values, a saved run stores floating-point times in seconds there"),
-    (lambda p: fake_run(p, faces=bag_mesh()[1].astype(np.float64)), "faces holds float64 values, a saved run stores integer vertex indices there"),
-    (lambda p: fake_run(p, faces=bag_mesh()[1][::-1].copy()), "its faces are not those of the bag mesh at resolution 1"),
+    (lambda p: fake_run(p, time=np.array(["0", "a", "b", "c", "d"])), "time holds <U1 values, a saved run stores "
+     "floating-point times in seconds there"),
+    (lambda p: fake_run(p, faces=bag_mesh()[1].astype(np.float64)), "faces holds float64 values, a saved run "
+     "stores integer vertex indices there"),
+    (lambda p: fake_run(p, faces=bag_mesh()[1][::-1].copy()), "its faces are not those of the bag mesh at "
+     "resolution 1"),
     (lambda p: fake_run(p, film=np.ones((5, 481, 3), np.int32)), "film holds int32 values"),
     (lambda p: fake_run(p, step_t=np.arange(2) * DT), "step_t has shape (2,)"),
     (lambda p: fake_run(p, step_t=np.zeros((4, 2))), "step_t has shape (4, 2)"),
-    (lambda p: fake_run(p, resolution=np.array([1, 1])), "resolution has shape (2,), a saved run stores one value there"),
+    (lambda p: fake_run(p, resolution=np.array([1, 1])), "resolution has shape (2,), a saved run stores one value "
+     "there"),
     (lambda p: fake_run(p, resolution=np.asarray("one")), "resolution holds <U3 values"),
-    (lambda p: fake_run(p, time=np.r_[0.0, 2.0, 1.0, 3.0, 4.0] * DT), "its times do not increase (frame 2 at t = 0.0042 s)"),
+    (lambda p: fake_run(p, time=np.r_[0.0, 2.0, 1.0, 3.0, 4.0] * DT), "its times do not increase (frame 2 at t = "
+     "0.0042 s)"),
     (lambda p: (p.write_text('{"stopped": "completed", "frames": 3}'), p)[1], "a JSON text, not a saved trajectory"),
-    (lambda p: (np.save(p.with_suffix(".npy"), np.zeros(3)), p.with_suffix(".npy").rename(p), p)[2], "a single .npy array"),
+    (lambda p:
+     (np.save(p.with_suffix(".npy"), np.zeros(3)), p.with_suffix(".npy").rename(p), p)[2], "a single .npy array"),
 ])
 def test_cli_refuses_a_bad_resume_file_at_once(make, says, tmp_path):
     f = make(tmp_path / "saved.npz")
@@ -103,11 +117,13 @@ def test_cli_refuses_a_bad_resume_file_at_once(make, says, tmp_path):
 def test_resume_of_the_json_table_names_the_trajectory(tmp_path):
     table = tmp_path / "run.json"
     table.write_text('{"stopped": "completed at t = 0.0125 s", "frames": 4, "measurements": []}')
-    line = one_line(in_process(BAG, "--resume", table, "--out", tmp_path / "b.npz", "--until", 0.1), 2, f"--resume {table}")
+    line = one_line(in_process(BAG, "--resume", table, "--out", tmp_path / "b.npz", "--until", 0.1), 2,
+                    f"--resume {table}")
     assert "give the .npz" in line and "pickle" not in line
 
 
-# --- the solver: a step too small to mean anything -------------------------------------------------------------------------
+# --- the solver: a step too small to mean anything
+# -------------------------------------------------------------------------
 def test_tiny_dt_is_refused_in_words_without_a_warning():
     model, s0 = hinge_scene("vt", device="cpu")
     solver, s1 = SolverIPC(model), model.state()
@@ -119,7 +135,8 @@ def test_tiny_dt_is_refused_in_words_without_a_warning():
     assert np.array_equal(s1.particle_q.numpy(), before)
 
 
-# --- newtonipc-validate: an empty --report is refused -------------------------------------------------------------------------
+# --- newtonipc-validate: an empty --report is refused
+# -------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, says", [(["--report", ""], "--report: an empty path"),
                                         (["--full", "--bag-out", ""], "--bag-out: an empty path")])
 def test_validate_refuses_empty_output_paths(argv, says, tmp_path, monkeypatch):
@@ -129,7 +146,8 @@ def test_validate_refuses_empty_output_paths(argv, says, tmp_path, monkeypatch):
     assert r.stdout == "" and list(tmp_path.iterdir()) == []
 
 
-# --- Ctrl-C while the command starts: one line, 130 ------------------------------------------------------------------------
+# --- Ctrl-C while the command starts: one line, 130
+# ------------------------------------------------------------------------
 def _wait_for_numpy(p, timeout=120):
     "Wait until process `p` has loaded NumPy's core library: the first heavy import, made inside the launcher's guard."
     maps, deadline = Path(f"/proc/{p.pid}/maps"), time.time() + timeout
@@ -149,19 +167,24 @@ def test_ctrl_c_during_start_up_is_one_line_and_130(prog, args, tmp_path):
     assert "nothing was" in err and list(tmp_path.iterdir()) == []
 
 
-# --- one run per output file ---------------------------------------------------------------------------------------------
+# --- one run per output file
+# ---------------------------------------------------------------------------------------------
 def test_a_second_run_on_the_same_out_is_refused_and_the_first_completes(tmp_path):
     out, until = tmp_path / "same.npz", 0.1
     err = tmp_path / "first.err"
     with open(err, "w") as e:
-        first = subprocess.Popen([str(BAG), "--until", str(until), "--out", str(out), "--device", "cpu", "--save-every", "0"],
-                                 stdout=subprocess.DEVNULL, stderr=e)
+        first = subprocess.Popen(
+            [str(BAG), "--until",
+             str(until), "--out",
+             str(out), "--device", "cpu", "--save-every", "0"], stdout=subprocess.DEVNULL, stderr=e)
         try:
             t0 = time.monotonic()
-            while not (out.exists() and len(load_trajectory(out)["time"]) >= 2):     # the first holds the lock and has saved
+            # the first holds the lock and has saved
+            while not (out.exists() and len(load_trajectory(out)["time"]) >= 2):
                 assert first.poll() is None and time.monotonic() - t0 < 600, err.read_text()[-2000:]
                 time.sleep(0.05)
-            first.send_signal(signal.SIGSTOP)       # paused mid-run, lock held, while the second starts: no race with its end
+            # paused mid-run, lock held, while the second starts: no race with its end
+            first.send_signal(signal.SIGSTOP)
             try:
                 second = cli(BAG, "--until", 0.0875, "--out", out, "--device", "cpu", "--save-every", "0")
             finally:
@@ -175,26 +198,31 @@ def test_a_second_run_on_the_same_out_is_refused_and_the_first_completes(tmp_pat
     d = load_trajectory(out)
     n = round(until / DT)
     assert len(d["time"]) == n + 1 and len(d["step_t"]) == n and str(d["stopped"]).startswith("completed")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.err", "same.json", "same.npz"], "no lock or temporary file left"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.err", "same.json",
+                                                          "same.npz"], "no lock or temporary file left"
 
 
 def test_run_bag_refuses_an_out_locked_by_another_process(nothing_computed, tmp_path):
     out = tmp_path / "x.npz"
-    code = f"import sys, time; from newtonipc_nb.scenes.bag_run import output_lock\nwith output_lock({str(out)!r}):\n    print('held', flush=True); time.sleep(60)"
+    code = (f"import sys, time; from newtonipc_nb.scenes.bag_run import output_lock\nwith "
+               f"output_lock({str(out)!r}):\n    print('held', flush=True); time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(BadInput, match=rf"out {out}: another run is writing it \(process {holder.pid} holds x.npz.lock\)"):
+        with pytest.raises(BadInput, match=rf"out {out}: another run is writing it \(process {holder.pid} holds "
+                                           rf"x.npz.lock\)"):
             run_bag(0.1, out=out, progress=False)
     finally:
-        holder.kill(); holder.wait()
+        holder.kill()
+        holder.wait()
     with output_lock(out) as lock:                # the kernel dropped the dead holder's lock; nested holders share it
         with output_lock(out):
             assert lock.read_text().strip() == str(os.getpid())
     assert not lock.exists()
 
 
-# --- a full disk: found at the first write, after one step ------------------------------------------------------------------
+# --- a full disk: found at the first write, after one step
+# ------------------------------------------------------------------
 def test_full_disk_at_the_first_write_stops_after_one_step(tmp_path, monkeypatch, capsys):
     writes = []
     def full(f, **arrays):
@@ -203,8 +231,10 @@ def test_full_disk_at_the_first_write_stops_after_one_step(tmp_path, monkeypatch
     monkeypatch.setattr(np, "savez", full)
     out = tmp_path / "run.npz"
     assert main(["--until", "0.1", "--out", str(out), "--device", "cpu"]) == 1       # the default --save-every, 5 s
-    err = [l for l in capsys.readouterr().err.splitlines() if l.strip() and not l.startswith("bag:")]     # no progress bar
+    # no progress bar
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip() and not l.startswith("bag:")]
     assert len(err) == 1 and len(writes) == 1, err
-    assert f"could not write {out}: No space left on device; the run stopped at this first failed write, after t = 0.0042 s" in err[0]
+    assert (f"could not write {out}: No space left on device; the run stopped at this first failed write, after t = "
+               f"0.0042 s") in err[0]
     assert "this run wrote nothing there" in err[0]
     assert list(tmp_path.iterdir()) == []

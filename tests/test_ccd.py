@@ -9,9 +9,11 @@ import warp as wp
 
 from newtonipc_nb import ccd
 from newtonipc_nb.intersections import count_intersections, intersecting_pairs, tri_tri_intersect_exact
-from newtonipc_nb.scenes.test_scenes import bag_step_states, crumpled_sheet, flat_crumpled_sheet, folded_sheet, grid_sheet, random_soup, through_face_scene
+from newtonipc_nb.scenes.test_scenes import (bag_step_states, crumpled_sheet, flat_crumpled_sheet, folded_sheet,
+                                             grid_sheet, random_soup, through_face_scene)
 from newtonipc_nb.verification.ccd_refs import CCD_QUERY_KINDS, ccd_query_report, ipctk_step_bound, load_ccd_queries
-from newtonipc_nb.verification.intersection_refs import box_overlap_pairs, ipctk_has_intersections, pair_intersects_reference, reference_intersecting_pairs
+from newtonipc_nb.verification.intersection_refs import (box_overlap_pairs, ipctk_has_intersections,
+                                                         pair_intersects_reference, reference_intersecting_pairs)
 from newtonipc_nb.distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT, edge_edge_distance, vertex_face_distance
 from newtonipc_nb.candidates import CandidateSearch
 from newtonipc_nb.barrier import ContactSet
@@ -26,13 +28,15 @@ ipctk.set_logger_level(ipctk.LoggerLevel.error)
 
 def _vf(height=1e-3, drop=2e-3, n=1):
     x0 = np.array([[0.0, 0.0, height], [-0.01, -0.01, 0.0], [0.01, -0.01, 0.0], [0.0, 0.01, 0.0]])
-    x1 = x0.copy(); x1[0, 2] -= drop
+    x1 = x0.copy()
+    x1[0, 2] -= drop
     return np.repeat(x0[None], n, 0), np.repeat(x1[None], n, 0)
 
 
 def _random_moves(n, rng, scale=1e-2):
     x0 = rng.uniform(-scale, scale, (n, 4, 3))
-    dx = rng.uniform(-scale, scale, (n, 4, 3)); dx[:, :1] -= 0.5 * (x0[:, :1] - x0[:, 1:].mean(1, keepdims=True))
+    dx = rng.uniform(-scale, scale, (n, 4, 3))
+    dx[:, :1] -= 0.5 * (x0[:, :1] - x0[:, 1:].mean(1, keepdims=True))
     return x0, x0 + dx
 
 
@@ -47,10 +51,12 @@ def test_batch_validation_and_no_mutation():
     x0, x1 = _vf()
     keep0, keep1 = x0.copy(), x1.copy()
     ccd.vertex_face_toi(x0, x1, 1e-5)
-    np.testing.assert_array_equal(x0, keep0); np.testing.assert_array_equal(x1, keep1)
+    np.testing.assert_array_equal(x0, keep0)
+    np.testing.assert_array_equal(x1, keep1)
     with pytest.raises(ValueError, match=r"shape \(n, 4, 3\)"): ccd.vertex_face_toi(x0[:, :3], x1[:, :3])
     with pytest.raises(ValueError, match="x0 has shape"): ccd.edge_edge_toi(x0, x1[:0])
-    bad = x1.copy(); bad[0, 2, 1] = np.nan
+    bad = x1.copy()
+    bad[0, 2, 1] = np.nan
     with pytest.raises(ValueError, match=r"x1\[0\] has a non-finite"): ccd.edge_edge_toi(x0, bad)
     with pytest.raises(ValueError, match="min_gap"): ccd.vertex_face_toi(x0, x1, -1.0)
     with pytest.raises(ValueError, match="eta"): ccd.vertex_face_toi(x0, x1, eta=1.0)
@@ -65,8 +71,10 @@ def test_vertex_face_analytic():
         exact = (1e-3 - mg) / 2e-3
         assert 0.85 * exact < t < exact
     # sideways and receding motions keep the full step exactly
-    side = x0.copy(); side[0, 0, 0] += 5e-3
-    up = x0.copy(); up[0, 0, 2] += 5e-3
+    side = x0.copy()
+    side[0, 0, 0] += 5e-3
+    up = x0.copy()
+    up[0, 0, 2] += 5e-3
     np.testing.assert_array_equal(ccd.vertex_face_toi(np.concatenate([x0, x0]), np.concatenate([side, up])), [1.0, 1.0])
     # a rigid translation of the whole pair (l_p = 0 after centring) keeps the full step
     np.testing.assert_array_equal(ccd.vertex_face_toi(x0, x0 + [0.3, -0.2, 0.1]), [1.0])
@@ -76,10 +84,12 @@ def test_vertex_face_analytic():
 
 def test_edge_edge_analytic():
     x0 = np.array([[[-0.01, 0.0, 1e-3], [0.01, 0.0, 1e-3], [0.0, -0.01, 0.0], [0.0, 0.01, 0.0]]])
-    x1 = x0.copy(); x1[0, :2, 2] -= 4e-3
+    x1 = x0.copy()
+    x1[0, :2, 2] -= 4e-3
     t = ccd.edge_edge_toi(x0, x1, 1e-4)[0]
     assert 0.85 * 0.225 < t < 0.225
-    par = x0.copy(); par[0, :2, 0] += 0.05                    # slide along itself, far past the other edge's end
+    par = x0.copy()
+    par[0, :2, 0] += 0.05  # slide along itself, far past the other edge's end
     t_par = ccd.edge_edge_toi(x0, par)[0]
     assert t_par == 1.0
 
@@ -95,7 +105,8 @@ def test_accd_conservative_on_random_motions(kind):
     t, it = fn(x0, x1, mg, iterations=True)
     assert np.all((t >= 0) & (t <= 1)) and np.all(it >= 1)
     assert np.all(_min_distance_along(dist, x0, x1, t) > mg)
-    # nearly all pairs that reach min_gap in the step are stopped before it and not far before (densely sampled contact time)
+    # nearly all pairs that reach min_gap in the step are stopped before it and not far before (densely sampled contact
+    # time)
     s = np.linspace(0, 1, 1001)
     d = np.stack([dist(x0 + a * (x1 - x0))[0] for a in s])
     hit = (d <= mg).any(0)
@@ -150,13 +161,17 @@ def test_through_face_scene_seed_alpha():
 
 def test_step_bound_sphere_kinds():
     # SS: centres 0.1 m apart, radii 0.02 + 0.03, closing 0.1 m → touching at α = 0.5
-    x = np.array([[0.0, 0.0, 0.0], [0.1, 0.0, 0.0]]); dx = np.array([[0.05, 0.0, 0.0], [-0.05, 0.0, 0.0]])
+    x = np.array([[0.0, 0.0, 0.0], [0.1, 0.0, 0.0]])
+    dx = np.array([[0.05, 0.0, 0.0], [-0.05, 0.0, 0.0]])
     cs = ContactSet.from_numpy([[0, 1, 1, 1]], [KIND_SS], [0.05], device="cpu")
     assert 0.4 < ccd.step_bound(cs, x, dx) < 0.5
     assert abs(ccd.step_bound(cs, x, dx, method="normal") - 0.45) < 1e-12
     # SF: a sphere of R = 0.02 centred 0.05 above a face, falling 0.06: contact when the centre is R + min_gap/2 above
-    mg = 3e-5; c = 0.02 + mg / 2
-    x = np.array([[0.0, 0.0, 0.05], [-0.1, -0.1, 0.0], [0.1, -0.1, 0.0], [0.0, 0.1, 0.0]]); dx = np.zeros_like(x); dx[0, 2] = -0.06
+    mg = 3e-5
+    c = 0.02 + mg / 2
+    x = np.array([[0.0, 0.0, 0.05], [-0.1, -0.1, 0.0], [0.1, -0.1, 0.0], [0.0, 0.1, 0.0]])
+    dx = np.zeros_like(x)
+    dx[0, 2] = -0.06
     cs = ContactSet.from_numpy([[0, 1, 2, 3]], [KIND_SF], [c], device="cpu")
     exact = (0.05 - c) / 0.06
     assert 0.85 * exact < ccd.step_bound(cs, x, dx) < exact
@@ -178,11 +193,13 @@ def test_step_bound_accepts_warp_arrays_and_validates():
 def test_step_bounds_safe_on_random_candidate_sets(method):
     rng = np.random.default_rng(5)
     x0, x1 = _random_moves(600, rng)
-    n = len(x0); kinds = np.where(np.arange(n) % 2 == 0, KIND_VT, KIND_EE)
+    n = len(x0)
+    kinds = np.where(np.arange(n) % 2 == 0, KIND_VT, KIND_EE)
     sep = 1e-4
     d0 = np.where(kinds == KIND_VT, vertex_face_distance(x0)[0], edge_edge_distance(x0)[0])
     keep = d0 > sep
-    x0, x1, kinds = x0[keep], x1[keep], kinds[keep]; n = len(x0)
+    x0, x1, kinds = x0[keep], x1[keep], kinds[keep]
+    n = len(x0)
     cs = ContactSet.from_numpy(np.arange(4 * n).reshape(n, 4), kinds, np.full(n, sep), device="cpu")
     b = np.minimum(ccd.candidate_step_bounds(cs, x0.reshape(-1, 3), (x1 - x0).reshape(-1, 3), method=method), 1.0)
     if method == "normal": b = np.where(b <= 1.0, 0.9 * b, 1.0)
@@ -199,7 +216,8 @@ def test_fp32_gap_check():
     x = np.array([[0.001, 0.001, z0 + 1e-8], [-0.01, -0.01, z0], [0.01, -0.01, z0], [0.0, 0.01, z0]])
     cs = ContactSet.from_numpy([[0, 1, 2, 3], [0, 1, 2, 3]], [KIND_VT, KIND_VT], [0.0, -1e-6], device="cpu")
     ok, g, lost = ccd.fp32_gap_check(cs, x)
-    assert not ok and lost == 1 and g < 1e-15                          # 10 nm lost at 0.2 m; the −1 µm offset pair keeps 1 µm
+    # 10 nm lost at 0.2 m; the −1 µm offset pair keeps 1 µm
+    assert not ok and lost == 1 and g < 1e-15
     x[:, 2] -= z0
     ok, g, lost = ccd.fp32_gap_check(cs, x)
     assert ok and lost == 0 and abs(g - 1e-8) < 1e-12
@@ -237,7 +255,9 @@ def test_count_intersections_rest_bag_and_validation():
     with pytest.raises(ValueError, match="outside"): count_intersections(V, F + 1000)
     with pytest.raises(ValueError, match=r"shape \(n, 3\)"): count_intersections(V[:, :2], F)
     # pushing one hem vertex through the opposite wall creates intersections, exactly the exact reference's
-    X = V.copy(); i = 470; X[i] = -X[i] * [1.2, 1.2, 1.0]
+    X = V.copy()
+    i = 470
+    X[i] = -X[i] * [1.2, 1.2, 1.0]
     pairs = intersecting_pairs(X, F)
     assert len(pairs) > 0 and _pairs(pairs) == _pairs(reference_intersecting_pairs(X, F))
     assert all(tri_tri_intersect_exact(X[F[a]], X[F[b]]) for a, b in pairs)
@@ -264,7 +284,8 @@ HAND_V = np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0],
 
 def _tilted(V):
     "The same points on the plane z = x (exact), shifted by 0.25 (exact): FP64 orientation signs are no longer certain."
-    W = V.copy() + 0.25; W[:, 2] = W[:, 0] + V[:, 2]
+    W = V.copy() + 0.25
+    W[:, 2] = W[:, 0] + V[:, 2]
     return W
 
 
@@ -279,7 +300,8 @@ def _check_hand(cases):
 
 
 def test_shared_vertex_crossing_one_ring():
-    # crumpled sheet 144: the edge (56, 57) of face (56, 57, 49) passes through face (40, 48, 49); the two share vertex 49
+    # crumpled sheet 144: the edge (56, 57) of face (56, 57, 49) passes through face (40, 48, 49); the two share vertex
+    # 49
     V, F = crumpled_sheet(np.random.default_rng(144))
     assert sorted(set(F[70]) & set(F[85])) == [49] and {56, 57} <= set(F[85]) and sorted(F[70]) == [40, 48, 49]
     ours, ref = _both(V, F)
@@ -306,7 +328,9 @@ def test_shared_vertex_coplanar_overlap():
 def test_adjacent_pairs_that_only_touch_do_not_count():
     V, F = grid_sheet(8)
     R = np.linalg.qr(np.random.default_rng(0).standard_normal((3, 3)))[0]
-    spiky = V.copy(); spiky[:, 2] = 0.3 * np.random.default_rng(1).standard_normal(len(V))   # a graph over xy: never through itself
+    # a graph over xy: never through itself
+    spiky = V.copy()
+    spiky[:, 2] = 0.3 * np.random.default_rng(1).standard_normal(len(V))
     for X in (V, _tilted(V), V @ R.T, 0.2 + V @ R.T, spiky, spiky @ R.T):
         assert _both(X, F) == ([], [])
     Vb, Fb = bag_mesh()
@@ -336,7 +360,8 @@ def _agreement(n_meshes, seed):
     ours, ref = [], []
     for i in range(n_meshes):
         V, F = random_soup(rng) if i % 2 else folded_sheet(rng)
-        ours.append(count_intersections(V, F) > 0); ref.append(ipctk_has_intersections(V, F))
+        ours.append(count_intersections(V, F) > 0)
+        ref.append(ipctk_has_intersections(V, F))
     return np.array(ours), np.array(ref)
 
 

@@ -32,7 +32,8 @@ def test_slides_within_2_percent_at_the_spec_tolerance():
 
 
 def test_without_friction_the_sphere_slides_freely():
-    r = slide_on_incline(15, "sphere", mu=0.0)          # the stick above is friction's doing: at μ = 0 it slides at g sin θ
+    # the stick above is friction's doing: at μ = 0 it slides at g sin θ
+    r = slide_on_incline(15, "sphere", mu=0.0)
     assert r["slides"] and abs(r["a_rel_err"]) < 1e-3 and r["displacement"] > 0.07
 
 
@@ -51,4 +52,5 @@ def test_full_incline_table():
         if r["slides"]:
             assert abs(r["a_rel_err"]) < 0.02, r
         else:
-            assert abs(r["creep_rel_err"]) < 0.02 and abs(r["a_measured"]) < 0.01 * G * math.sin(math.radians(r["theta_deg"])), r
+            assert abs(r["creep_rel_err"]) < 0.02 and abs(
+                r["a_measured"]) < 0.01 * G * math.sin(math.radians(r["theta_deg"])), r

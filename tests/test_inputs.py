@@ -8,9 +8,8 @@ import pytest
 import warp as wp
 
 from newtonipc_nb.inputs import BAG_FILM, IPCModel, ModelError, add_mesh, mesh_report
-from newtonipc_nb.scenes.bag_scene import (BOTTOM_RADIUS, BOTTOM_RINGS, FLAP_EDGE, FLAP_FLARE, NECK, NECK_RING,
-    N_RINGS, SHOULDER, SPHERE_RADII, bag_grid, bag_mesh, bag_scene_builder, check_resolution, film_resolution,
-    ring_and_column, ring_sizes, ring_vertices)
+from newtonipc_nb.scenes.bag_scene import (SPHERE_RADII, bag_grid, bag_mesh, bag_scene_builder, check_resolution,
+                                           film_resolution, ring_and_column, ring_sizes, ring_vertices)
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +23,18 @@ def fresh():
 
 
 def snapshot(model):
-    return {k: getattr(model, k).numpy().copy() for k in
-            ("particle_q", "particle_mass", "particle_radius", "particle_flags", "tri_indices", "tri_poses", "edge_indices")}
+    return {
+        k: getattr(model, k).numpy().copy()
+        for k in ("particle_q", "particle_mass", "particle_radius", "particle_flags", "tri_indices", "tri_poses",
+                  "edge_indices")
+    }
 
 
 def test_bag_mesh_topology():
     v, f = bag_mesh()
     assert v.shape == (481, 3) and v.dtype == np.float64 and f.shape == (928, 3) and f.dtype == np.int32
-    assert ring_vertices(1)[0] == 1 and ring_vertices(15)[-1] == 480 and ring_vertices(11).tolist() == list(range(321, 353))
+    assert ring_vertices(1)[0] == 1 and ring_vertices(15)[-1] == 480 and ring_vertices(11).tolist() == list(
+        range(321, 353))
     columns = sum(np.linalg.norm(v[ring_vertices(k + 1)] - v[ring_vertices(k)], axis=1) for k in range(11, 15))
     np.testing.assert_allclose(columns, 0.030, rtol=0, atol=1e-15)
     rep = mesh_report(v, f)
@@ -43,7 +46,8 @@ def test_bag_mesh_topology():
     assert set(u[c == 1].ravel()) == set(ring_vertices(15).tolist())
 
 
-MESH_0_1 = Path(__file__).resolve().parent / "data" / "bag_mesh_0.1.npz"   # bag_mesh() as package 0.1 built it (commit 74d1936)
+# bag_mesh() as package 0.1 built it (commit 74d1936)
+MESH_0_1 = Path(__file__).resolve().parent / "data" / "bag_mesh_0.1.npz"
 
 
 def _mesh_before_resolutions():
@@ -80,7 +84,8 @@ def test_bag_mesh_at_every_resolution(k, n_vertices, n_faces):
     assert set(u[c == 1].ravel()) == set(ring_vertices(hem, k).tolist()), "the hem, the last ring, is the boundary"
     n, c = np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]]), v[f].mean(1)
     bottom = (v[f][:, :, 2] == 0).all(1)
-    assert np.all(n[bottom, 2] < 0) and np.all(np.einsum("ij,ij->i", n[~bottom, :2], c[~bottom, :2]) > 0), "normals point outward"
+    assert np.all(n[bottom, 2] < 0) and np.all(
+        np.einsum("ij,ij->i", n[~bottom, :2], c[~bottom, :2]) > 0), "normals point outward"
     # the neck ring is 30 mm of rest length from the hem along every column
     along = sum(np.linalg.norm(v[ring_vertices(r + 1, k)] - v[ring_vertices(r, k)], axis=1) for r in range(neck, hem))
     np.testing.assert_allclose(along, 0.030, rtol=0, atol=1e-15)
@@ -133,7 +138,8 @@ def test_bag_scene_counts_and_masses(scene):
     assert ipc.tri.dtype == wp.int32 and ipc.hinge.dtype == wp.int32 and ipc.tri_area.dtype == wp.float64
     assert ipc.elastic_tri.shape[0] == 928
     # every rest area is the geometric one, in FP64
-    x = ipc.rest_q.numpy(); t = ipc.tri.numpy()
+    x = ipc.rest_q.numpy()
+    t = ipc.tri.numpy()
     geo = 0.5 * np.linalg.norm(np.cross(x[t[:, 1]] - x[t[:, 0]], x[t[:, 2]] - x[t[:, 0]]), axis=1)
     np.testing.assert_allclose(ipc.tri_area.numpy(), geo, rtol=1e-5)
     after = snapshot(model)
@@ -152,9 +158,11 @@ def test_hinges_and_stiffness(scene):
     area = sum(0.5 * np.linalg.norm(np.cross(x[h[:, 3]] - x[h[:, 2]], x[h[:, i]] - x[h[:, 2]]), axis=1) for i in (0, 1))
     np.testing.assert_allclose(ipc.hinge_k.numpy(), 6 * BAG_FILM.D * length**2 / area, rtol=1e-5)
     # |θ0| equals the angle between the two face normals, computed here independently with arccos
-    n = lambda p, q, r: np.cross(x[q] - x[p], x[r] - x[p]) / np.linalg.norm(np.cross(x[q] - x[p], x[r] - x[p]), axis=1, keepdims=True)
+    n = lambda p, q, r: np.cross(x[q] - x[p], x[r] - x[p]) / np.linalg.norm(np.cross(x[q] - x[p], x[r] - x[p]), axis=1,
+                                                                            keepdims=True)
     n1, n2 = n(h[:, 0], h[:, 2], h[:, 3]), n(h[:, 1], h[:, 3], h[:, 2])
-    np.testing.assert_allclose(np.abs(ipc.hinge_rest_angle.numpy()), np.arccos(np.clip(np.sum(n1 * n2, 1), -1, 1)), atol=1e-6)
+    np.testing.assert_allclose(np.abs(ipc.hinge_rest_angle.numpy()), np.arccos(np.clip(np.sum(n1 * n2, 1), -1, 1)),
+                               atol=1e-6)
     # the bottom disc is flat and the bottom corner ring is folded by more than 80°
     z = x[:, 2] - x[list(idx.film), 2].min()
     flat = np.all(z[h] < 1e-9, axis=1)
@@ -164,17 +172,26 @@ def test_hinges_and_stiffness(scene):
 
 
 def _set(model, name, fn):
-    a = getattr(model, name).numpy().copy(); a = fn(a)
+    a = getattr(model, name).numpy().copy()
+    a = fn(a)
     getattr(model, name).assign(a)
     return model
 
 
 @pytest.mark.parametrize("case, edit, message", [
-    ("nan position", lambda m: _set(m, "particle_q", lambda a: (a.__setitem__(7, np.nan), a)[1]), "particle 7 has a non-finite position"),
-    ("inf position", lambda m: _set(m, "particle_q", lambda a: (a.__setitem__((12, 1), np.inf), a)[1]), "particle 12 has a non-finite position"),
-    ("nan mass", lambda m: _set(m, "particle_mass", lambda a: (a.__setitem__(3, np.nan), a)[1]), "particle 3 has a non-finite mass"),
-    ("negative mass", lambda m: _set(m, "particle_mass", lambda a: (a.__setitem__(5, -1.0), a)[1]), "particle 5 has a negative mass"),
-    ("negative radius", lambda m: _set(m, "particle_radius", lambda a: (a.__setitem__(-1, -0.01), a)[1]), "has an invalid radius"),
+    ("nan position", lambda m: _set(m, "particle_q", lambda a:
+                                    (a.__setitem__(7, np.nan), a)[1]), "particle 7 has a non-finite "
+     "position"),
+    ("inf position", lambda m: _set(m, "particle_q", lambda a: (a.__setitem__(
+        (12, 1), np.inf), a)[1]), "particle 12 has a non-finite "
+     "position"),
+    ("nan mass", lambda m: _set(m, "particle_mass", lambda a:
+                                (a.__setitem__(3, np.nan), a)[1]), "particle 3 has a non-finite "
+     "mass"),
+    ("negative mass", lambda m: _set(m, "particle_mass", lambda a:
+                                     (a.__setitem__(5, -1.0), a)[1]), "particle 5 has a negative mass"),
+    ("negative radius", lambda m: _set(m, "particle_radius", lambda a:
+                                       (a.__setitem__(-1, -0.01), a)[1]), "has an invalid radius"),
     ("degenerate triangle", lambda m: _set(m, "tri_poses", lambda a: (a.__setitem__(10, np.inf), a)[1]), "triangle 10"),
 ])
 def test_rejects_bad_model(case, edit, message):
@@ -183,7 +200,8 @@ def test_rejects_bad_model(case, edit, message):
     with pytest.raises(ModelError, match=message):
         IPCModel.from_newton(model)
     after = snapshot(model)
-    for k in before: np.testing.assert_array_equal(before[k], after[k], err_msg=f"{case}: from_newton modified model.{k}")
+    for k in before: np.testing.assert_array_equal(before[k], after[k], err_msg=f"{case}: from_newton modified "
+                                                                                f"model.{k}")
 
 
 def test_rejects_degenerate_rest_triangle():
@@ -224,6 +242,8 @@ def test_rejects_triangle_on_sphere_particle():
 
 def test_rejects_sphere_without_radius():
     m = fresh()
-    r = m.particle_radius.numpy(); r[-1] = 0.0; m.particle_radius.assign(r)
+    r = m.particle_radius.numpy()
+    r[-1] = 0.0
+    m.particle_radius.assign(r)
     with pytest.raises(ModelError, match=r"sphere particle \d+ has radius 0"):
         IPCModel.from_newton(m)

@@ -20,7 +20,8 @@ DT, STEPS = 1 / 240, 8
 
 
 def make(kind):
-    "A hinge falling onto an obstacle (contact, friction and a growing pattern within the first steps); one MKL thread: bitwise repeatable."
+    """A hinge falling onto an obstacle (contact, friction and a growing pattern within the first steps); one MKL
+    thread: bitwise repeatable."""
     model, s0 = hinge_scene(kind, device="cpu")
     return SolverIPC(model, membrane="stvk", linear_solver=PardisoSolver(threads=1)), s0, model.state()
 
@@ -30,7 +31,8 @@ def reference(kind):
     solver, a, b = make(kind)
     out = []
     for _ in range(STEPS):
-        solver.step(a, b, None, None, DT); a, b = b, a
+        solver.step(a, b, None, None, DT)
+        a, b = b, a
         out.append((a.particle_q.numpy().copy(), a.particle_qd.numpy().copy()))
     return out
 

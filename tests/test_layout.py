@@ -26,7 +26,8 @@ def modules() -> dict:
 
 
 def package_imports(name: str, path: Path) -> set:
-    "The package modules `name` imports anywhere in its source (module level or inside functions), relative imports resolved."
+    """The package modules `name` imports anywhere in its source (module level or inside functions), relative imports
+    resolved."""
     pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     known, found = modules(), set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -50,11 +51,15 @@ def test_layout_has_core_scenes_and_verification():
     assert {"newtonipc_nb.distances", "newtonipc_nb.candidates", "newtonipc_nb.barrier", "newtonipc_nb.ccd",
             "newtonipc_nb.intersections", "newtonipc_nb.friction", "newtonipc_nb.elastic", "newtonipc_nb.linear",
             "newtonipc_nb.solver"} <= names
-    assert any(n.startswith("newtonipc_nb.scenes.") for n in names) and any(n.startswith("newtonipc_nb.verification.") for n in names)
+    assert any(n.startswith("newtonipc_nb.scenes.")
+               for n in names) and any(n.startswith("newtonipc_nb.verification.") for n in names)
 
 
 def test_core_source_never_imports_a_scene_or_verification_module():
-    bad = {n: sorted(i for i in package_imports(n, p) if not is_core(i) and i != "newtonipc_nb") for n, p in modules().items() if is_core(n)}
+    bad = {
+        n: sorted(i for i in package_imports(n, p) if not is_core(i) and i != "newtonipc_nb")
+        for n, p in modules().items() if is_core(n)
+    }
     assert not {n: v for n, v in bad.items() if v}, bad
 
 
@@ -62,11 +67,13 @@ def test_no_import_cycle():
     graph = {n: package_imports(n, p) for n, p in modules().items()}
     state, path = {}, []
     def visit(n):
-        state[n] = "open"; path.append(n)
+        state[n] = "open"
+        path.append(n)
         for m in sorted(graph[n]):
             if state.get(m) == "open": raise AssertionError("import cycle: " + " → ".join(path[path.index(m):] + [m]))
             if m not in state: visit(m)
-        state[n] = "done"; path.pop()
+        state[n] = "done"
+        path.pop()
     for n in sorted(graph):
         if n not in state: visit(n)
 
@@ -76,8 +83,10 @@ def test_core_modules_imported_alone_load_no_scene_or_verification():
     core = [n for n in modules() if is_core(n)]
     code = ("import importlib, sys; importlib.import_module(sys.argv[1]); "
             f"print(' '.join(m for m in sys.modules if m.startswith({NOT_CORE!r})))")
-    procs = {n: subprocess.Popen([sys.executable, "-c", code, n], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for n in core}
+    procs = {
+        n: subprocess.Popen([sys.executable, "-c", code, n], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for n in core
+    }
     loaded = {}
     for n, p in procs.items():
         out, err = p.communicate(timeout=300)
@@ -98,7 +107,9 @@ def test_every_name_lives_in_one_module(name):
     mod = importlib.import_module(name)
     assert not hasattr(mod, "__getattr__"), f"{name} redirects attribute lookups (a compatibility layer)"
     homes = {n: getattr(getattr(mod, n), "__module__", None) for n in getattr(mod, "__all__", [])}
-    foreign = [n for n, home in homes.items() if isinstance(home, str) and home.startswith("newtonipc_nb") and home != name]
+    foreign = [
+        n for n, home in homes.items() if isinstance(home, str) and home.startswith("newtonipc_nb") and home != name
+    ]
     assert not foreign, f"{name} re-exports {foreign}"
 
 

@@ -12,7 +12,8 @@ from newtonipc_nb.scenes.reference import hinge_scene
 def blocks(pairs, scale=1.0):
     p = np.asarray(pairs, np.int32)
     vals = np.array([(4.0 if i == j else 0.5) * scale * np.eye(3) for i, j in pairs])
-    return HessianBlocks(wp.array(p[:, 0], dtype=wp.int32), wp.array(p[:, 1], dtype=wp.int32), wp.array(vals, dtype=wp.mat33d))
+    return HessianBlocks(wp.array(p[:, 0], dtype=wp.int32), wp.array(p[:, 1], dtype=wp.int32),
+                         wp.array(vals, dtype=wp.mat33d))
 
 
 def dense(ns):
@@ -27,15 +28,19 @@ def test_pattern_grows_on_a_miss_and_shrinks_when_stale():
     n = 6
     ns = NewtonSystem(n, wp.zeros(n, dtype=wp.int32))
     chain = [(i, i) for i in range(n)] + [(i, i + 1) for i in range(n - 1)] + [(i + 1, i) for i in range(n - 1)]
-    assert ns.assemble(blocks(chain), len(chain)) and ns.nnz == len(chain)          # the diagonal start grows to the chain
+    # the diagonal start grows to the chain
+    assert ns.assemble(blocks(chain), len(chain)) and ns.nnz == len(chain)
     v = ns.version
     assert not ns.assemble(blocks(chain), len(chain)) and ns.version == v            # same blocks: kept, no re-analysis
-    assert not ns.assemble(blocks(chain[:n]), n)                                     # a subset fits: kept, stale blocks zero
+    # a subset fits: kept, stale blocks zero
+    assert not ns.assemble(blocks(chain[:n]), n)
     np.testing.assert_allclose(dense(ns), dense_of(chain[:n], n))
     few = chain[:n] + [(0, 2), (2, 0)]
-    assert ns.assemble(blocks(few), len(few)) and ns.nnz == len(chain) + 2           # grown to the union (18 ≤ 1.5 × 16)
+    # grown to the union (18 ≤ 1.5 × 16)
+    assert ns.assemble(blocks(few), len(few)) and ns.nnz == len(chain) + 2
     far = [(i, i) for i in range(n)] + [(i, j) for i in range(n) for j in range(n) if abs(i - j) >= 2]
-    assert ns.assemble(blocks(far), len(far)) and ns.nnz == len(far)                 # the union (36) is > 1.5 × 16: shrunk to these
+    # the union (36) is > 1.5 × 16: shrunk to these
+    assert ns.assemble(blocks(far), len(far)) and ns.nnz == len(far)
     np.testing.assert_allclose(dense(ns), dense_of(far, n))
 
 
@@ -63,10 +68,12 @@ def test_linear_solver_options():
     solver = SolverIPC(model, linear_solver=PardisoSolver(threads=1))
     assert solver.linear.name == "pardiso" and solver.options["linear_solver"] == "pardiso"
     solver.step(s0, model.state(), None, None, 1 / 240)
-    assert solver.linear.stats["analyses"] >= 1 and solver.linear.stats["factorisations"] == solver.last_stats.newton_iterations
+    assert solver.linear.stats["analyses"] >= 1 and solver.linear.stats[
+        "factorisations"] == solver.last_stats.newton_iterations
     with pytest.raises(ValueError, match="threads"): PardisoSolver(threads=0)
     with pytest.raises(TypeError, match="linear_solver"): make_linear_solver(3.5)
-    assert make_linear_solver("cholesky").name == "cholespy" and make_linear_solver("auto", device="cpu").name == "pardiso"
+    assert make_linear_solver("cholesky").name == "cholespy" and make_linear_solver("auto",
+                                                                                    device="cpu").name == "pardiso"
     assert set(LINEAR_SOLVERS) == {"pardiso", "cholespy", "dense", "pcg"}
 
 
@@ -77,9 +84,12 @@ def test_indefinite_systems_are_refused(name):
     ns = NewtonSystem(2, wp.zeros(2, dtype=wp.int32))
     p = [(0, 0), (1, 1), (0, 1), (1, 0)]
     vals = np.array([np.eye(3), np.eye(3), 2 * np.eye(3), 2 * np.eye(3)])          # [[1, 2], [2, 1]] ⊗ I: eigenvalue −1
-    hb = HessianBlocks(wp.array(np.array(p)[:, 0].astype(np.int32), dtype=wp.int32), wp.array(np.array(p)[:, 1].astype(np.int32), dtype=wp.int32),
-                       wp.array(vals, dtype=wp.mat33d))
-    ns.assemble(hb, 4); ns.grad.assign(np.ones((2, 3))); ns.finish()
+    hb = HessianBlocks(wp.array(np.array(p)[:, 0].astype(np.int32), dtype=wp.int32),
+                       wp.array(np.array(p)[:, 1].astype(np.int32), dtype=wp.int32), wp.array(vals, dtype=wp.mat33d))
+    ns.assemble(hb, 4)
+    ns.grad.assign(np.ones((2, 3)))
+    ns.finish()
     solver = make_linear_solver(name)
     with pytest.raises(LinearSolveError):
-        solver.prepare(ns); solver.solve(ns, wp.zeros(2, dtype=wp.vec3d))
+        solver.prepare(ns)
+        solver.solve(ns, wp.zeros(2, dtype=wp.vec3d))

@@ -11,7 +11,8 @@ import pytest
 from nbdev import test as nbdev_test
 
 ROOT = Path(__file__).resolve().parents[1]
-_cfg = ConfigParser(delimiters=["="]); _cfg.read(ROOT / "settings.ini")
+_cfg = ConfigParser(delimiters=["="])
+_cfg.read(ROOT / "settings.ini")
 TST_FLAGS = _cfg["DEFAULT"].get("tst_flags", "").split("|")
 FORCED = os.environ.get("NEWTONIPC_TEST_FLAGS", "").split()
 NOTEBOOKS = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if not p.name.startswith(("_", ".")))

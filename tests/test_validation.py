@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from newtonipc_nb.verification.runner import checks_table, main, run_validation
+from newtonipc_nb.verification.runner import main
 
 EXPECTED = ["VT scene, 12 steps: min mid-surface distance (µm)", "EE scene, 12 steps: min mid-surface distance (µm)",
             "VT hinge angle at start (°)", "VT hinge angle after 12 steps (°)",
@@ -37,9 +37,7 @@ def test_linear_relative_residual_rows_pass_and_can_fail(monkeypatch):
     """The linear relative residual < 1e-7, on the Newton systems of a bag contact step and of a 13th step of
     each reference scene: one passing row per solver; a solution off by a relative 1e-6 is caught."""
     import re
-    import numpy as np
     import newtonipc_nb.verification.runner as v
-    import newtonipc_nb.verification.vbd as vbd
     runs = {k: v.reference_run(k) for k in ("vt", "ee")}
     systems, where = v.linear_systems(runs)
     assert set(systems) == {"bag", "VT", "EE"} and all(len(s) >= 2 for s in systems.values())
@@ -56,14 +54,14 @@ def test_linear_relative_residual_rows_pass_and_can_fail(monkeypatch):
     exact = v.solve_linear
     monkeypatch.setattr(v, "solve_linear", lambda H, b, m: exact(H, b, m) * (1 + 1e-6))
     solved, unscaled = v.linear_residuals((g, H, D), "pardiso")
-    assert abs(solved - 1e-6) < 1e-8 and abs(unscaled - 1e-6) < 1e-8          # r = ε·b exactly: the measure is the residual
+    # r = ε·b exactly: the measure is the residual
+    assert abs(solved - 1e-6) < 1e-8 and abs(unscaled - 1e-6) < 1e-8
     bad = v.residual_checks(v.linear_residual_table({"bag": systems["bag"][:1]}), "")
     assert [r.passed for r in bad] == [False, False, False, False]
 
 
 def test_a_failing_check_fails_the_runner(monkeypatch, capsys):
     import newtonipc_nb.verification.runner as v
-    import newtonipc_nb.verification.vbd as vbd
     def broken(): raise RuntimeError("boom")
     monkeypatch.setattr(v, "check_fast_crossing", broken)
     monkeypatch.setattr(v, "check_bag_smoke", lambda: v.Verdict("bag smoke", "x", "y", "", True))
@@ -73,9 +71,11 @@ def test_a_failing_check_fails_the_runner(monkeypatch, capsys):
 
 def test_console_script_exists():
     import configparser, pathlib
-    cfg = configparser.ConfigParser(); cfg.read(pathlib.Path(__file__).parents[1] / "settings.ini")
+    cfg = configparser.ConfigParser()
+    cfg.read(pathlib.Path(__file__).parents[1] / "settings.ini")
     scripts = cfg["DEFAULT"]["console_scripts"].split()
-    assert "newtonipc-validate=newtonipc_nb.scenes.launch:validate" in scripts      # the runner's main, behind the start-up guard
+    # the runner's main, behind the start-up guard
+    assert "newtonipc-validate=newtonipc_nb.scenes.launch:validate" in scripts
     import inspect
     from newtonipc_nb.scenes import launch
     assert '"newtonipc_nb.verification.runner:main"' in inspect.getsource(launch.validate)
@@ -105,7 +105,8 @@ def test_vbd_side_by_side_runs_both_solvers_for_0_2_s(tmp_path):
         assert f[-1][ring_vertices(HEM_RING), 2].mean() < f[0][ring_vertices(HEM_RING), 2].mean() - 2e-3
         assert np.abs(trajs[name]["spheres"][-1] - trajs[name]["spheres"][0]).max() < 1e-4
     ours = table.columns[-2:]
-    assert all(table.loc[table.measured == "self-intersection frames / all frames", c].item().endswith("/ 49") for c in ours)
+    assert all(table.loc[table.measured == "self-intersection frames / all frames", c].item().endswith("/ 49")
+               for c in ours)
     # both final frames in one 3D scene, from the saved pair of trajectories
     from newtonipc_nb.verification.vbd import load_side_by_side, save_side_by_side, side_by_side_view
     from newtonipc_nb.viewer import close_widgets
@@ -130,11 +131,12 @@ def test_vbd_option_writes_both_trajectories(tmp_path, monkeypatch, capsys):
     import newtonipc_nb.verification.vbd as vbd
     from newtonipc_nb.scenes.bag_scene import bag_mesh, sphere_column
     V, F = bag_mesh()
-    traj = lambda dz: dict(film=np.stack([V, V + [0, 0, dz]]).astype(np.float32), spheres=np.stack([sphere_column()] * 2), faces=F,
-                           time=np.array([0.0, 0.1]), wall_time=1.0, stopped="completed")
+    traj = lambda dz: dict(film=np.stack([V, V + [0, 0, dz]]).astype(np.float32), spheres=np.stack([sphere_column(
+    )] * 2), faces=F, time=np.array([0.0, 0.1]), wall_time=1.0, stopped="completed")
     trajs = dict(ipc=traj(-0.01), vbd=traj(-0.02))
     monkeypatch.setattr(v, "run_validation", lambda full, bag_out=None: [v.Verdict("x", "y", "z", "", True)])
-    monkeypatch.setattr(v, "compare_vbd", lambda until, ipc=None, resolution=1: (pd.DataFrame([dict(measured="m")]), trajs))
+    monkeypatch.setattr(v, "compare_vbd", lambda until, ipc=None, resolution=1:
+                        (pd.DataFrame([dict(measured="m")]), trajs))
     out, report = tmp_path / "pair.npz", tmp_path / "r.json"
     assert v.main(["--vbd", "0.1", "--vbd-out", str(out), "--report", str(report)]) == 0
     back = vbd.load_side_by_side(out)
@@ -151,8 +153,8 @@ def test_vbd_side_by_side_full():
 
 
 def test_side_by_side_takes_a_saved_ipc_run(tmp_path):
-    """The 8.45 s comparison can reuse a saved `newtonipc-bag` run from t = 0, cut at the measuring instant; resumed runs are refused."""
-    import numpy as np
+    """The 8.45 s comparison can reuse a saved `newtonipc-bag` run from t = 0, cut at the measuring instant; resumed
+    runs are refused."""
     import pytest
     from newtonipc_nb.scenes.bag_scene import DT
     from newtonipc_nb.scenes.bag_run import run_bag
@@ -168,11 +170,13 @@ def test_side_by_side_takes_a_saved_ipc_run(tmp_path):
         saved_ipc_run(tmp_path / "resumed.npz", 4 * DT)
 
 
-@pytest.mark.parametrize("argv, flag", [(["--report", "{d}/missing/r.json"], "--report"), (["--report", "/dev/full/r.json"], "--report"),
+@pytest.mark.parametrize("argv, flag", [(["--report", "{d}/missing/r.json"], "--report"),
+                                        (["--report", "/dev/full/r.json"], "--report"),
                                         (["--full", "--bag-out", "{d}/missing/b.npz"], "--bag-out"),
                                         (["--vbd", "0.1", "--vbd-out", "{d}/missing/v.npz"], "--vbd-out")])
 def test_outputs_are_checked_before_any_check_runs(argv, flag, tmp_path):
-    "An output that cannot be written is one line and exit 2 before the first check (not a traceback after all of them)."
+    """An output that cannot be written is one line and exit 2 before the first check (not a traceback after all of
+    them)."""
     from pathlib import Path
     exe = Path(sys.executable).with_name("newtonipc-validate")
     r = subprocess.run([str(exe), *(a.format(d=tmp_path) for a in argv)], capture_output=True, text=True, timeout=600)
@@ -193,12 +197,13 @@ def test_vbd_harness_takes_a_resolution():
     rec = run_vbd_bag(8 * VBD_DT, device="cpu", resolution=2)
     assert rec["stopped"] == "completed" and rec["film"].shape[1:] == (1761, 3) and rec["resolution"] == 2
     v = bag_mesh(2)[0].astype(np.float32)
-    rest = dict(film=np.stack([v] * 3), spheres=np.zeros((3, 7, 3), np.float32), faces=bag_mesh(2)[1], time=np.arange(3) * DT,
-                wall_time=1.0, stopped="completed")
+    rest = dict(film=np.stack([v] * 3), spheres=np.zeros((3, 7, 3), np.float32), faces=bag_mesh(2)[1],
+                time=np.arange(3) * DT, wall_time=1.0, stopped="completed")
     with pytest.raises(ValueError, match="the ipc run's film has 1761 vertices, the mesh at resolution 1 has 481"):
         compare_vbd(2 * DT, ipc=rest, vbd=rec)
     table, _ = compare_vbd(2 * DT, ipc=rest, vbd=rec, resolution=2)
-    assert side_by_side_measures(dict(rest, time=np.array([0.0, 3.0, 6.05])))["columns pointing up at 6.05 s (the unfold check)"] == "64 / 64"
+    assert side_by_side_measures(dict(rest, time=np.array([0.0, 3.0, 6.05])))["columns pointing up at 6.05 s (the "
+                                                                              "unfold check)"] == "64 / 64"
 
 
 def test_vbd_resolution_flag_checks_the_saved_ipc_run_before_any_check(tmp_path):
@@ -208,9 +213,14 @@ def test_vbd_resolution_flag_checks_the_saved_ipc_run_before_any_check(tmp_path)
     from newtonipc_nb.scenes.bag_scene import bag_mesh
     v, f = bag_mesh(2)
     saved = tmp_path / "two.npz"
-    np.savez(saved, film=np.repeat(v[None].astype(np.float32), 3, 0), spheres=np.zeros((3, 7, 3), np.float32), faces=f, time=np.arange(3) * DT)
+    np.savez(saved, film=np.repeat(v[None].astype(np.float32), 3, 0), spheres=np.zeros((3, 7, 3), np.float32), faces=f,
+             time=np.arange(3) * DT)
     exe = Path(sys.executable).with_name("newtonipc-validate")
-    r = subprocess.run([str(exe), "--vbd", "0.01", "--vbd-ipc", str(saved), "--vbd-out", str(tmp_path / "v.npz")], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 2 and "give --vbd-resolution 2 to use it" in r.stderr and "checks:" not in r.stdout, r.stderr[-2000:]
-    r = subprocess.run([str(exe), "--vbd", "0.01", "--vbd-resolution", "3"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([str(exe), "--vbd", "0.01", "--vbd-ipc",
+                        str(saved), "--vbd-out",
+                        str(tmp_path / "v.npz")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "checks:" not in r.stdout, r.stderr[-2000:]
+    assert "give --vbd-resolution 2 to use it" in r.stderr, r.stderr[-2000:]
+    r = subprocess.run([str(exe), "--vbd", "0.01", "--vbd-resolution", "3"], capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 2 and "'3' is not a mesh resolution" in r.stderr

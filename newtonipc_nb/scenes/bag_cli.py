@@ -19,8 +19,9 @@ from pathlib import Path
 import warp as wp
 
 from .bag_scene import DT, check_resolution
-from .bag_run import (BadInput, Terminated, TrajectoryWriteError, check_device, check_writable, checked_number,
-                                         load_trajectory, output_lock, read_trajectory, resume_frame, run_bag, temporary_name)
+from .bag_run import (BadInput, Terminated, TrajectoryWriteError, check_device, check_writable,
+                                         checked_number, load_trajectory, output_lock, read_trajectory, resume_frame,
+                                         run_bag, temporary_name)
 from .bag_measure import measure
 
 # %% auto #0
@@ -30,9 +31,12 @@ __all__ = ['SCENE_END', 'EXIT_CODES', 'default_device', 'write_text_atomic', 'nu
 # %% ../../nbs/27_bag_scenario.ipynb #99cb910d
 SCENE_END = 10.5            # s, the length of the bag scene; its choreography's last action is at 9.40 s
 EXIT_CODES = {0: "the run completed; the measurement table is printed and written beside the trajectory",
-              1: "the run failed (a solver error, a failed scenario check, a file that could not be written); what was computed is saved",
-              2: "bad input (an argument, --out, --resume, --device, an --out another run is writing); nothing was computed and no file was touched",
-              130: "Ctrl-C (SIGINT): what was computed is saved; continue it with --resume (during start-up: nothing was written)",
+              1: "the run failed (a solver error, a failed scenario check, a file that could not be written); what "
+                 "was computed is saved",
+              2: "bad input (an argument, --out, --resume, --device, an --out another run is writing); nothing was "
+                 "computed and no file was touched",
+              130: "Ctrl-C (SIGINT): what was computed is saved; continue it with --resume (during start-up: "
+                   "nothing was written)",
               143: "SIGTERM (kill, timeout, a job scheduler): what was computed is saved; continue it with --resume"}
 
 def default_device() -> str:
@@ -47,7 +51,8 @@ def write_text_atomic(path: Path, text: str):
     "Write `text` atomically to `path`; `TrajectoryWriteError` naming it on failure, no temporary file left."
     tmp = temporary_name(path, ".tmp")
     try:
-        tmp.write_text(text); os.replace(tmp, path)
+        tmp.write_text(text)
+        os.replace(tmp, path)
     except OSError as e:
         with suppress(OSError): tmp.unlink(missing_ok=True)
         raise TrajectoryWriteError(f"could not write {path}: {e.strerror or e}") from e
@@ -72,24 +77,34 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 def parse_args(argv=None) -> argparse.Namespace:
-    "The command line of `newtonipc-bag` (`argv`, default `sys.argv[1:]`), checked: a bad value exits with code 2 and one line."
+    """The command line of `newtonipc-bag` (`argv`, default `sys.argv[1:]`), checked: a bad value exits with code 2 and
+    one line."""
     epilog = "exit codes:\n" + "\n".join(f"  {c:>3}  {w}" for c, w in EXIT_CODES.items())
     p = _Parser(prog="newtonipc-bag", description="Run the garbage-bag scene with the IPC solver.", epilog=epilog,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--until", type=number_type(float, DT, False, "a finite time in seconds"), default=SCENE_END, metavar="SECONDS",
-                   help=f"simulated time to stop at, ≥ 1/240 s (one step); default {SCENE_END}, the end of the scene — past it the bag rests with no supports")
+    p.add_argument(
+        "--until", type=number_type(float, DT, False, "a finite time in seconds"), default=SCENE_END, metavar="SECONDS",
+        help=f"simulated time to stop at, ≥ 1/240 s (one step); default {SCENE_END}, the end of the "
+        f"scene — past it the bag rests with no supports")
     p.add_argument("--out", default="bag_trajectory.npz", metavar="PATH.npz",
-                   help="trajectory file to write (default bag_trajectory.npz); the measurement table goes beside it as PATH.json")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="Warp device (default: cuda when present, else cpu)")
+                   help="trajectory file to write (default bag_trajectory.npz); the measurement table goes beside "
+                        "it as PATH.json")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="Warp device (default: cuda when "
+                                                                           "present, else cpu)")
     p.add_argument("--resolution", type=resolution_type, default=1, metavar="K",
-                   help="bag mesh resolution: K× the rings and K× the columns, K in 1, 2, 4 (481, 1,761, 6,977 vertices; default 1)")
+                   help="bag mesh resolution: K× the rings and K× the columns, K in 1, 2, 4 (481, 1,761, 6,977 "
+                        "vertices; default 1)")
     p.add_argument("--every", type=number_type(int, 1, False, "a whole number"), default=1, metavar="N",
                    help="store every N-th step, N ≥ 1 (default 1; only runs stored with 1 can be resumed)")
-    p.add_argument("--resume", default=None, metavar="PATH.npz", help="continue a saved run (stored with --every 1) instead of starting at t = 0")
-    p.add_argument("--resume-at", type=number_type(float, 0.0, True, "a finite time in seconds"), default=None, metavar="SECONDS",
+    p.add_argument("--resume", default=None, metavar="PATH.npz", help="continue a saved run (stored with --every "
+                                                                      "1) instead of starting at t = 0")
+    p.add_argument("--resume-at", type=number_type(float, 0.0, True,
+                                                   "a finite time in seconds"), default=None, metavar="SECONDS",
                    help="with --resume: the saved run's frame to continue from, > 0 (default its last)")
-    p.add_argument("--save-every", type=number_type(float, 0.0, False, "a finite time in seconds"), default=5.0, metavar="SECONDS",
-                   help="write the trajectory at least this often, in seconds of wall time (default 5; 0: after every step)")
+    p.add_argument(
+        "--save-every", type=number_type(float, 0.0, False, "a finite time in seconds"), default=5.0, metavar="SECONDS",
+        help="write the trajectory at least this often, in seconds of wall time (default 5; 0: after "
+        "every step)")
     p.add_argument("--debug", action="store_true", help="print the traceback of an error")
     args = p.parse_args(argv)
     if args.resume_at is not None and args.resume is None: p.error("argument --resume-at: needs --resume")
@@ -100,26 +115,34 @@ def _check_out(args) -> Path:
     "`--out` writable and distinct from its table, and `--device` present: checked before the output is locked."
     args.warp_device = check_device(args.device, "--device")
     check_writable(args.out, "--out")
-    out = Path(args.out); table = out.with_suffix(".json")
+    out = Path(args.out)
+    table = out.with_suffix(".json")
     if table == out:
-        raise BadInput(f"--out {out}: the measurement table is written beside the trajectory as PATH.json, which would be {out} itself; give --out a .npz name")
-    if table.exists() and not table.is_file(): raise BadInput(f"--out {out}: the table's path {table} exists and is not a regular file")
+        raise BadInput(f"--out {out}: the measurement table is written beside the trajectory as PATH.json, which "
+                       f"would be {out} itself; give --out a .npz name")
+    if table.exists() and not table.is_file(): raise BadInput(f"--out {out}: the table's path {table} exists and "
+                                                              f"is not a regular file")
     return out
 
 def _check_resume(args, out: Path):
-    "A usable `--resume` file and frame (read whole, every array checked), checked with `--out` locked: the file may be `--out`."
+    """A usable `--resume` file and frame (read whole, every array checked), checked with `--out` locked: the file may
+    be `--out`."""
     if args.resume is not None:
         try:
             data = read_trajectory(args.resume, args.resolution)
             k = resume_frame(data, args.resume_at)
         except BadInput as e:
-            raise BadInput(f"--resume {e}" if str(e).startswith(str(args.resume)) else f"--resume {args.resume}: {e}") from e
+            raise BadInput(
+                f"--resume {e}" if str(e).startswith(str(args.resume)) else f"--resume {args.resume}: {e}") from e
         t = data["time"]
         if int(round(args.until / DT)) <= k:
-            raise BadInput(f"--until {args.until:g}: the run resumed from {args.resume} at t = {t[k]:.4f} s has nothing left to compute; give a later --until")
+            raise BadInput(f"--until {args.until:g}: the run resumed from {args.resume} at t = {t[k]:.4f} s has "
+                           f"nothing left to compute; give a later --until")
         if _same_file(out, args.resume) and k < len(t) - 1:
-            raise BadInput(f"--out {out} is the file resumed from: continuing it from t = {t[k]:.4f} s would drop its frames up to "
-                           f"t = {t[-1]:.4f} s; give another --out (writing over it is allowed only from its last frame)")
+            raise BadInput(f"--out {out} is the file resumed from: continuing it from t = {t[k]:.4f} s would drop "
+                           f"its frames up to "
+                           f"t = {t[-1]:.4f} s; give another --out (writing over it is allowed only from its last "
+                           f"frame)")
 
 def _raise_terminated(signum, frame):
     raise Terminated(signum)
@@ -152,9 +175,11 @@ def _run(args, out: Path, say) -> int:
     wp.config.log_level = wp.LOG_WARNING
     device = args.warp_device or default_device()
     table = out.with_suffix(".json")
-    print(f"newtonipc-bag: {args.until:.2f} s of the bag scene (mesh resolution {args.resolution}) on {device}, every {args.every} step(s) stored in {out}", flush=True)
+    print(f"newtonipc-bag: {args.until:.2f} s of the bag scene (mesh resolution {args.resolution}) on {device}, "
+          f"every {args.every} step(s) stored in {out}", flush=True)
     if args.until > SCENE_END + 1e-9:
-        print(f"newtonipc-bag: note: the scene ends at {SCENE_END:.2f} s (every support released at 9.40 s); from there to "
+        print(f"newtonipc-bag: note: the scene ends at {SCENE_END:.2f} s (every support released at 9.40 s); from "
+              f"there to "
               f"{args.until:.2f} s the bag rests on the floor with no supports", flush=True)
     saved = []
     def on_save(traj, path):
@@ -171,22 +196,28 @@ def _run(args, out: Path, say) -> int:
     args.ran = True
     n, t_last, stopped = saved[-1] if saved else (0, 0.0, "")
     if isinstance(error, TrajectoryWriteError):
-        where = f"the run stopped at this first failed write, after t = {error.at:.4f} s; " if hasattr(error, "at") else ""
-        say(f"{error}; {where}" + (f"{out} holds this run's last good write: {n} frames, up to t = {t_last:.4f} s" if saved else
-                                   "this run wrote nothing there (a file already there is from before)"))
+        where = f"the run stopped at this first failed write, after t = {error.at:.4f} s; " if hasattr(error,
+                                                                                                       "at") else ""
+        say(f"{error}; {where}" + (f"{out} holds this run's last good write: {n} frames, up to t = {t_last:.4f} s"
+                                   if saved else "this run wrote nothing there (a file already there is from before)"))
     elif error is not None:
         say(f"the run stopped with an error: {type(error).__name__}: {error}")
     if error is not None and args.debug: traceback.print_exception(error)
     if not saved:
-        if code and not isinstance(error, TrajectoryWriteError): say(f"nothing was written to {out}: the run stopped before its first step")
+        if code and not isinstance(error, TrajectoryWriteError): say(f"nothing was written to {out}: the run "
+                                                                     f"stopped before its first step")
         return code
     if code in (130, 143):
         if args.every == 1 and n > 1:
-            cont = (f"newtonipc-bag --resume {shlex.quote(str(out))} --out {shlex.quote(str(out))} --until {args.until:g}"
-                    + (f" --resolution {args.resolution}" if args.resolution != 1 else "") + (f" --device {args.device}" if args.device else ""))
+            cont = (f"newtonipc-bag --resume {shlex.quote(str(out))} --out {shlex.quote(str(out))} --until "
+                    f"{args.until:g}" + (f" --resolution {args.resolution}" if args.resolution != 1 else "") +
+                    (f" --device {args.device}" if args.device else ""))
             say(f"{stopped}: {n} frames saved in {out}; continue with: {cont}")
         else:
-            say(f"{stopped}: {n} frames saved in {out}; " + (f"it cannot be resumed (stored with --every {args.every})" if n > 1 else "no step finished, nothing to resume"))
+            say(f"{stopped}: {n} frames saved in {out}; " +
+                (f"it cannot be resumed (stored with --every "
+                 f"{args.every})" if n > 1 else "no step finished, nothing to "
+                 "resume"))
         return code
     if isinstance(error, TrajectoryWriteError): return code
     data = load_trajectory(out)
@@ -195,8 +226,15 @@ def _run(args, out: Path, say) -> int:
         try:
             m = measure(data, device=device)
             print(m.to_string(index=False), flush=True)
-            write_text_atomic(table, json.dumps({"stopped": str(data["stopped"]), "frames": int(len(data["time"])), "resolution": args.resolution,
-                                           "measurements": m.to_dict(orient="records")}, indent=2))
+            write_text_atomic(
+                table,
+                json.dumps(
+                    {
+                        "stopped": str(data["stopped"]),
+                        "frames": int(len(data["time"])),
+                        "resolution": args.resolution,
+                        "measurements": m.to_dict(orient="records")
+                    }, indent=2))
         except Exception as e:
             say(str(e) if isinstance(e, TrajectoryWriteError) else f"measuring {out} failed: {type(e).__name__}: {e}")
             if args.debug: traceback.print_exception(e)

@@ -36,24 +36,30 @@ def flap_height(film: np.ndarray) -> float:
     return float(np.median(film[hem, 2]) - film[neck, 2].mean())
 
 def winding_number(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
-    "Generalized winding number (Jacobson et al. 2013) of a closed triangle mesh at `points` (Van Oosterom–Strackee solid angles)."
-    a = vertices[faces[:, 0]][None] - points[:, None]; b = vertices[faces[:, 1]][None] - points[:, None]; c = vertices[faces[:, 2]][None] - points[:, None]
+    """Generalized winding number (Jacobson et al. 2013) of a closed triangle mesh at `points` (Van Oosterom–Strackee
+    solid angles)."""
+    a = vertices[faces[:, 0]][None] - points[:, None]
+    b = vertices[faces[:, 1]][None] - points[:, None]
+    c = vertices[faces[:, 2]][None] - points[:, None]
     la, lb, lc = (np.linalg.norm(v, axis=2) for v in (a, b, c))
     num = np.einsum("pfi,pfi->pf", a, np.cross(b, c))
-    den = la * lb * lc + np.einsum("pfi,pfi->pf", a, b) * lc + np.einsum("pfi,pfi->pf", b, c) * la + np.einsum("pfi,pfi->pf", c, a) * lb
+    den = la * lb * lc + np.einsum("pfi,pfi->pf", a, b) * lc + np.einsum("pfi,pfi->pf", b, c) * la + np.einsum(
+        "pfi,pfi->pf", c, a) * lb
     return np.sum(2.0 * np.arctan2(num, den), axis=1) / (4.0 * np.pi)
 
 def inside_bag(points: np.ndarray, film: np.ndarray, faces: np.ndarray) -> np.ndarray:
     "Whether each point is inside the bag: winding number > 0.5 of the film closed at its hem."
     hem = _neck_and_hem(film)[1]
     v = np.concatenate([film, film[hem].mean(0, keepdims=True)])
-    cap = np.stack([np.full(len(hem), len(film)), hem, np.roll(hem, -1)], 1)   # the hem loop runs like the faces beside it
+    # the hem loop runs like the faces beside it
+    cap = np.stack([np.full(len(hem), len(film)), hem, np.roll(hem, -1)], 1)
     w = winding_number(points, v, np.concatenate([faces, cap]))
     return np.abs(w) > 0.5
 
 # %% ../../nbs/26_bag_measurements.ipynb #c0623716
 def _near_pairs(ca, ra, cb, rb, cut, same: bool):
-    "Index pairs (i, j) of balls (centres `ca`, radii `ra`) and (`cb`, `rb`) whose surfaces come within `cut` (i < j when `same`)."
+    """Index pairs (i, j) of balls (centres `ca`, radii `ra`) and (`cb`, `rb`) whose surfaces come within `cut` (i < j
+    when `same`)."""
     from scipy.spatial import cKDTree
     tb = cKDTree(cb)
     if same:
@@ -70,8 +76,10 @@ def film_gaps(film: np.ndarray, faces: np.ndarray, device=None) -> float:
     grows (×4 from 1 mm) until the smallest distance found is within it — no pair left out can then be closer."""
     x = np.asarray(film, np.float64)
     e = np.unique(np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1), axis=0)
-    fc = x[faces].mean(1); fr = np.linalg.norm(x[faces] - fc[:, None], axis=2).max(1)
-    ec = x[e].mean(1); er = 0.5 * np.linalg.norm(x[e[:, 1]] - x[e[:, 0]], axis=1)
+    fc = x[faces].mean(1)
+    fr = np.linalg.norm(x[faces] - fc[:, None], axis=2).max(1)
+    ec = x[e].mean(1)
+    er = 0.5 * np.linalg.norm(x[e[:, 1]] - x[e[:, 0]], axis=1)
     cut, span = 1e-3, float(np.linalg.norm(np.ptp(x, axis=0)))
     while True:
         vf = _near_pairs(x, np.zeros(len(x)), fc, fr, cut, same=False)
@@ -79,15 +87,24 @@ def film_gaps(film: np.ndarray, faces: np.ndarray, device=None) -> float:
         ee = _near_pairs(ec, er, ec, er, cut, same=True)
         ee = ee[~(e[ee[:, 0]][:, :, None] == e[ee[:, 1]][:, None, :]).any((1, 2))]
         d = np.inf
-        if len(vf): d = min(d, vertex_face_distance(np.concatenate([x[vf[:, 0]][:, None], x[faces[vf[:, 1]]]], axis=1), device=device)[0].min())
-        if len(ee): d = min(d, edge_edge_distance(np.concatenate([x[e[ee[:, 0]]], x[e[ee[:, 1]]]], axis=1), device=device)[0].min())
+        if len(vf):
+            d = min(
+                d,
+                vertex_face_distance(np.concatenate([x[vf[:, 0]][:, None], x[faces[vf[:, 1]]]], axis=1),
+                                     device=device)[0].min())
+        if len(ee):
+            d = min(
+                d,
+                edge_edge_distance(np.concatenate([x[e[ee[:, 0]]], x[e[ee[:, 1]]]], axis=1), device=device)[0].min())
         if d <= cut or cut > span: return float(d)
         cut *= 4.0
 
 # %% ../../nbs/26_bag_measurements.ipynb #07041420
-def sphere_film_gaps(spheres: np.ndarray, film: np.ndarray, faces: np.ndarray, radii=SPHERE_RADII, device=None) -> np.ndarray:
+def sphere_film_gaps(spheres: np.ndarray, film: np.ndarray, faces: np.ndarray, radii=SPHERE_RADII,
+                     device=None) -> np.ndarray:
     "Per sphere, the smallest distance (m) from its surface to the film (centre-to-triangle distance − R)."
-    s = np.asarray(spheres, np.float64); x = np.asarray(film, np.float64)
+    s = np.asarray(spheres, np.float64)
+    x = np.asarray(film, np.float64)
     q = np.concatenate([np.repeat(s, len(faces), 0)[:, None], np.tile(x[faces], (len(s), 1, 1))], axis=1)
     d, _ = vertex_face_distance(q, device=device)
     return d.reshape(len(s), len(faces)).min(1) - np.asarray(radii)
@@ -95,15 +112,20 @@ def sphere_film_gaps(spheres: np.ndarray, film: np.ndarray, faces: np.ndarray, r
 # %% ../../nbs/26_bag_measurements.ipynb #8d480297
 def _as_dict(traj) -> dict:
     if not isinstance(traj, Trajectory): return traj
-    return dict(film=np.asarray(traj.film), spheres=np.asarray(traj.spheres), faces=traj.faces, time=np.asarray(traj.time),
-                wall_time=traj.wall_time, resumed=traj.resumed, resolution=traj.resolution,
-                **{f"step_{k}": v for k, v in pd.DataFrame(traj.steps).items()})
+    return dict(film=np.asarray(traj.film), spheres=np.asarray(traj.spheres), faces=traj.faces,
+                time=np.asarray(traj.time), wall_time=traj.wall_time, resumed=traj.resumed, resolution=traj.resolution,
+                **{
+                    f"step_{k}": v
+                    for k, v in pd.DataFrame(traj.steps).items()
+                })
 
 def measurement_row(traj, *, at: float | None = None, device=None) -> dict:
-    """The measurements of a bag trajectory (a dict from `load_trajectory`, or a `Trajectory`) as plain numbers, lengths in mm:
-    neck and flap at the frame nearest `at` (default the last), intersections over every stored frame, the rest at the end."""
+    """The measurements of a bag trajectory (a dict from `load_trajectory`, or a `Trajectory`) as plain numbers, lengths
+    in mm: neck and flap at the frame nearest `at` (default the last), intersections over every stored frame, the rest
+    at the end."""
     traj = _as_dict(traj)
-    film, sph, faces, t = traj["film"].astype(np.float64), traj["spheres"].astype(np.float64), traj["faces"], traj["time"]
+    film, sph, faces, t = traj["film"].astype(np.float64), traj["spheres"].astype(
+        np.float64), traj["faces"], traj["time"]
     k = len(t) - 1 if at is None else int(np.argmin(np.abs(t - at)))
     hits = np.array([count_intersections(f, faces, device=device) for f in film])
     last = t >= t[-1] - 1.0
@@ -116,19 +138,23 @@ def measurement_row(traj, *, at: float | None = None, device=None) -> dict:
                min_sphere_gap_mm=1e3 * float(sphere_film_gaps(sph[-1], film[-1], faces, device=device).min()),
                min_film_gap_mm=1e3 * film_gaps(film[-1], faces, device=device),
                spheres_inside=int(inside.sum()), spheres=len(inside))
-    if "step_min_gap" in traj and len(traj["step_min_gap"]): row["min_contact_gap_mm"] = 1e3 * float(np.min(traj["step_min_gap"]))
+    if "step_min_gap" in traj and len(traj["step_min_gap"]):
+        row["min_contact_gap_mm"] = 1e3 * float(np.min(traj["step_min_gap"]))
     if "step_newton_iterations" in traj and len(traj["step_newton_iterations"]):
         row["newton_iterations"] = int(np.sum(traj["step_newton_iterations"]))
-    if "step_subdivisions" in traj and len(traj["step_subdivisions"]): row["subdivisions"] = int(np.sum(traj["step_subdivisions"]))
+    if "step_subdivisions" in traj and len(traj["step_subdivisions"]):
+        row["subdivisions"] = int(np.sum(traj["step_subdivisions"]))
     if "wall_time" in traj: row["wall_time_s"] = float(traj["wall_time"])
     if str(traj.get("resumed", "")): row["resumed"] = str(traj["resumed"])
     return row
 
 def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame:
-    "The measurement table of a bag trajectory (a dict from `load_trajectory`, or a `Trajectory`): `measurement_row` for a reader."
+    """The measurement table of a bag trajectory (a dict from `load_trajectory`, or a `Trajectory`): `measurement_row`
+    for a reader."""
     m = measurement_row(traj, at=at, device=device)
     res = m["resolution"]
-    rows = [("mesh resolution (rings × columns, vertices)", f"{res} ({15 * res} × {32 * res}, {m['vertices']:,} vertices)", ""),
+    rows = [("mesh resolution (rings × columns, vertices)", f"{res} ({15 * res} × {32 * res}, {m['vertices']:,} "
+                                                            f"vertices)", ""),
             ("time of the measured frame", f"{m['t']:.4f}", "s"),
             ("neck width x × y", f"{m['neck_x_mm']:.2f} × {m['neck_y_mm']:.2f}", "mm"),
             ("flap height", f"{m['flap_height_mm']:.2f}", "mm"),
@@ -137,17 +163,22 @@ def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame
             ("min sphere–film gap, last frame", f"{m['min_sphere_gap_mm']:.4f}", "mm"),
             ("min film–film distance, last frame", f"{m['min_film_gap_mm']:.4f}", "mm"),
             ("sphere centres inside the bag, last frame", f"{m['spheres_inside']} / {m['spheres']}", "")]
-    if "min_contact_gap_mm" in m: rows.append(("min contact gap over all steps (solver)", f"{m['min_contact_gap_mm']:.4f}", "mm"))
+    if "min_contact_gap_mm" in m:
+        rows.append(("min contact gap over all steps (solver)", f"{m['min_contact_gap_mm']:.4f}", "mm"))
     if "newton_iterations" in m: rows.append(("Newton iterations, all steps", f"{m['newton_iterations']:,}", ""))
     if "wall_time_s" in m: rows.append(("wall time", f"{m['wall_time_s']:.1f}", "s"))
     if "resumed" in m: rows.append(("resumed (not a run from t = 0)", m["resumed"], ""))
     return pd.DataFrame(rows, columns=["measure", "value", "unit"])
 
 def phase_table(traj: dict, timeline=None) -> pd.DataFrame:
-    "Steps, Newton iterations and subdivisions per phase of the choreography (phases from `timeline`, default `TIMELINE`, and the steps' times)."
+    """Steps, Newton iterations and subdivisions per phase of the choreography (phases from `timeline`, default
+    `TIMELINE`, and the steps' times)."""
     rows = phase_rows(timeline)
-    df = pd.DataFrame({"phase": [phase_at(t, rows) for t in traj["step_t"]], "iterations": traj["step_newton_iterations"],
-                       "subdivisions": traj["step_subdivisions"]})
+    df = pd.DataFrame({
+        "phase": [phase_at(t, rows) for t in traj["step_t"]],
+        "iterations": traj["step_newton_iterations"],
+        "subdivisions": traj["step_subdivisions"]
+    })
     g = df.groupby("phase", sort=False)
     return pd.DataFrame({"steps": g.size(), "Newton iterations": g["iterations"].sum().astype(int),
                          "iterations per step": g["iterations"].mean().round(1),

@@ -39,7 +39,8 @@ __all__ = ['ACTIONS', 'BadInput', 'checked_number', 'check_writable', 'check_dev
 
 # %% ../../nbs/25_bag_run.ipynb #de891698
 class BadInput(ValueError):
-    "Input that cannot be used — an argument, an output path, a saved run — with a message naming it; `newtonipc-bag` exits 2 on it."
+    """Input that cannot be used — an argument, an output path, a saved run — with a message naming it; `newtonipc-bag`
+    exits 2 on it."""
 
 # %% ../../nbs/25_bag_run.ipynb #ef803b4b
 def checked_number(value, kind, low: float, low_open: bool, what: str):
@@ -57,19 +58,25 @@ def check_writable(path, what: str = "--out") -> Path:
     """`BadInput` naming `path` unless a file can be written there: a non-empty name whose directory exists and takes a
     new file (probed), and not a directory or a device."""
     if str(path) == "": raise BadInput(f"{what}: an empty path; give the name of a file to write")
-    path = Path(path); parent = path.parent
+    path = Path(path)
+    parent = path.parent
     if not parent.exists(): raise BadInput(f"{what} {path}: the directory {parent} does not exist")
     if not parent.is_dir(): raise BadInput(f"{what} {path}: {parent} is not a directory")
     if path.exists() and not path.is_file(): raise BadInput(f"{what} {path}: exists and is not a regular file")
     try:
         fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".probe")
-        try: os.write(fd, b"\0" * 4096); os.fsync(fd)
-        finally: os.close(fd); os.unlink(probe)
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
     except OSError as e: raise BadInput(f"{what} {path}: cannot write in {parent} ({e.strerror or e})") from e
     return path
 
 def _cuda_driver() -> bool:
-    "Whether the CUDA driver library loads — asked without starting Warp, which prints a warning on stderr when it does not."
+    """Whether the CUDA driver library loads — asked without starting Warp, which prints a warning on stderr when it
+    does not."""
     for name in ("libcuda.so", "libcuda.so.1", "nvcuda.dll"):
         with suppress(OSError):
             ctypes.CDLL(name)
@@ -85,7 +92,8 @@ def check_device(device, what: str = "--device"):
         raise BadInput(f"{what} {name}: this machine has no CUDA device (Warp found none); give {what} cpu")
     try: return str(wp.get_device(device))
     except Exception as e:
-        raise BadInput(f"{what} {name}: not a device of this machine (it has {', '.join(map(str, wp.get_devices()))})") from e
+        raise BadInput(
+            f"{what} {name}: not a device of this machine (it has {', '.join(map(str, wp.get_devices()))})") from e
 
 
 # %% ../../nbs/25_bag_run.ipynb #5ca3afee
@@ -93,15 +101,18 @@ class TrajectoryWriteError(OSError):
     "A trajectory or table could not be written; the message names the path and the reason."
 
 class Terminated(BaseException):
-    "Raised in the main thread on SIGTERM while `newtonipc-bag` runs: the run stops as on Ctrl-C (a `BaseException` like `KeyboardInterrupt`)."
+    """Raised in the main thread on SIGTERM while `newtonipc-bag` runs: the run stops as on Ctrl-C (a `BaseException`
+    like `KeyboardInterrupt`)."""
 
 @contextmanager
 def _signals_held():
-    "Hold Ctrl-C and SIGTERM while a file is written and deliver them after it (main thread only): a save is never cut halfway."
+    """Hold Ctrl-C and SIGTERM while a file is written and deliver them after it (main thread only): a save is never cut
+    halfway."""
     sigs = (signal.SIGINT, signal.SIGTERM)
     old = {s: signal.getsignal(s) for s in sigs} if threading.current_thread() is threading.main_thread() else {}
     if not old or any(h is None for h in old.values()):
-        yield; return
+        yield
+        return
     pending = []
     for s in sigs: signal.signal(s, lambda n, f: pending.append(n))
     try:
@@ -135,10 +146,12 @@ def output_lock(path, what: str = "--out"):
         return
     while True:
         try: fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e: raise BadInput(f"{what} {path}: cannot create its lock file {lock} ({e.strerror or e})") from e
+        except OSError as e:
+            raise BadInput(f"{what} {path}: cannot create its lock file {lock} ({e.strerror or e})") from e
         try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _lock_holder(fd); os.close(fd)
+            holder = _lock_holder(fd)
+            os.close(fd)
             raise BadInput(f"{what} {path}: another run is writing it ({holder} holds {lock.name}); "
                            f"wait for it to finish or give another {what}") from None
         # the last holder removes the file when it is done: lock the file that is there now, not one already unlinked
@@ -146,7 +159,8 @@ def output_lock(path, what: str = "--out"):
             if os.path.samestat(os.fstat(fd), os.stat(lock)): break
         os.close(fd)
     try:
-        os.ftruncate(fd, 0); os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         _HELD[lock] = [fd, 1]
         yield lock
     finally:
@@ -174,25 +188,35 @@ class Trajectory:
     resolution: int = 1
 
     def record(self, t, x, film, spheres):
-        self.time.append(t); self.film.append(x[film].astype(np.float32)); self.spheres.append(x[spheres].astype(np.float32))
+        self.time.append(t)
+        self.film.append(x[film].astype(np.float32))
+        self.spheres.append(x[spheres].astype(np.float32))
 
     def trim(self):
-        "Drop a frame left half-recorded (an interrupt between its appends): `time`, `film` and `spheres` the same length."
+        """Drop a frame left half-recorded (an interrupt between its appends): `time`, `film` and `spheres` the same
+        length."""
         n = min(len(self.time), len(self.film), len(self.spheres))
         del self.time[n:], self.film[n:], self.spheres[n:]
 
     def save(self, path):
-        "Write the trajectory atomically to `path` (.npz): a temporary file beside it renamed over it, with Ctrl-C and SIGTERM held meanwhile; on failure the temporary file is removed and `TrajectoryWriteError` names `path`."
-        path = Path(path); tmp = temporary_name(path, ".tmp.npz")
+        """Write the trajectory atomically to `path` (.npz): a temporary file beside it renamed over it, with Ctrl-C and
+        SIGTERM held meanwhile; on failure the temporary file is removed and `TrajectoryWriteError` names `path`."""
+        path = Path(path)
+        tmp = temporary_name(path, ".tmp.npz")
         stats = pd.DataFrame(self.steps)
-        steps = {f"step_{c}": (stats[c].to_numpy(dtype=float) if pd.api.types.is_numeric_dtype(stats[c]) else stats[c].astype(str).to_numpy(dtype=str))
-                 for c in stats.columns}
+        steps = {
+            f"step_{c}": (stats[c].to_numpy(
+                dtype=float) if pd.api.types.is_numeric_dtype(stats[c]) else stats[c].astype(str).to_numpy(dtype=str))
+            for c in stats.columns
+        }
         try:
             with _signals_held():
-                # uncompressed: positions barely compress (13 vs 15 MB for the full run) and compression takes 20× longer
-                np.savez(tmp, film=np.asarray(self.film, np.float32), spheres=np.asarray(self.spheres, np.float32), faces=self.faces,
-                                    time=np.asarray(self.time), stopped=np.asarray(self.stopped), wall_time=np.asarray(self.wall_time),
-                                    resumed=np.asarray(self.resumed), resolution=np.asarray(self.resolution), **steps)
+                # uncompressed: positions barely compress (13 vs 15 MB for the full run) and compression takes 20×
+                # longer
+                np.savez(tmp, film=np.asarray(self.film, np.float32), spheres=np.asarray(self.spheres, np.float32),
+                         faces=self.faces, time=np.asarray(self.time), stopped=np.asarray(self.stopped),
+                         wall_time=np.asarray(self.wall_time), resumed=np.asarray(self.resumed),
+                         resolution=np.asarray(self.resolution), **steps)
                 os.replace(tmp, path)
         except BaseException as e:
             with suppress(OSError): tmp.unlink(missing_ok=True)
@@ -207,7 +231,8 @@ def load_trajectory(path) -> dict:
         return {k: f[k] for k in f.files}
 
 def trajectory_resolution(data: dict) -> int:
-    "The mesh resolution of a saved run: its `resolution` entry, or (files written before it was stored) the one its film's vertex count belongs to."
+    """The mesh resolution of a saved run: its `resolution` entry, or (files written before it was stored) the one its
+    film's vertex count belongs to."""
     return int(data["resolution"]) if "resolution" in data else film_resolution(np.shape(data["film"])[1])
 
 # %% ../../nbs/25_bag_run.ipynb #2720cb82
@@ -220,42 +245,52 @@ def _kind(data: dict, key: str, kinds: str, name: str, what: str):
         raise BadInput(f"{name}: {key} holds {a.dtype} values, a saved run stores {what} there")
 
 def check_trajectory(data: dict, name: str, resolution: int = 1, flag: str = "--resolution") -> dict:
-    """`data` (from `load_trajectory`) if it is a run of the bag scene at `resolution`, checked completely before any use:
-    `film` (n, V, 3) with V the vertex count of `bag_mesh(resolution)` (481 at resolution 1), `spheres` (n, 7, 3) and `time` (n,), floating point,
-    finite, times increasing; `faces` the mesh's (928, 3 at resolution 1), integers; every `step_*` one value per step (at
-    least n − 1 steps); `resolution`, `stopped`, `resumed`, `wall_time` single values of their type. Else `BadInput`
-    naming `name` (a file, or the argument) and what is wrong."""
-    if not isinstance(data, dict): raise BadInput(f"{name}: a saved run is a path or a dict of arrays, got {type(data).__name__}")
+    """`data` (from `load_trajectory`) if it is a run of the bag scene at `resolution`, checked completely before any
+    use: `film` (n, V, 3) with V the vertex count of `bag_mesh(resolution)` (481 at resolution 1), `spheres` (n, 7, 3)
+    and `time` (n,), floating point, finite, times increasing; `faces` the mesh's (928, 3 at resolution 1), integers;
+    every `step_*` one value per step (at least n − 1 steps); `resolution`, `stopped`, `resumed`, `wall_time` single
+    values of their type. Else `BadInput` naming `name` (a file, or the argument) and what is wrong."""
+    if not isinstance(data, dict): raise BadInput(f"{name}: a saved run is a path or a dict of arrays, got "
+                                                  f"{type(data).__name__}")
     missing = [k for k in ("film", "spheres", "faces", "time") if k not in data]
     if missing: raise BadInput(f"{name}: not a bag trajectory, it has no {', '.join(missing)} array")
-    for key, kinds, what in (("film", "f", "positions"), ("spheres", "f", "positions"), ("time", "f", "times in seconds"),
-                             ("faces", "iu", "vertex indices")):
+    for key, kinds, what in (("film", "f", "positions"), ("spheres", "f", "positions"),
+                             ("time", "f", "times in seconds"), ("faces", "iu", "vertex indices")):
         _kind(data, key, kinds, name, f"{_KINDS[kinds]} {what}")
     for key, kinds in _SCALARS.items():
         if key not in data: continue
-        if np.ndim(data[key]) != 0: raise BadInput(f"{name}: {key} has shape {np.shape(data[key])}, a saved run stores one value there")
+        if np.ndim(data[key]) != 0: raise BadInput(f"{name}: {key} has shape {np.shape(data[key])}, a saved run "
+                                                   f"stores one value there")
         _kind(data, key, kinds, name, f"one {_KINDS.get(kinds, 'numeric')} value")
     try: saved = trajectory_resolution(data)
-    except (ValueError, IndexError, TypeError): saved = resolution     # a film of no known resolution fails the shape check below
+        # a film of no known resolution fails the shape check below
+    except (ValueError, IndexError, TypeError): saved = resolution
     if saved != resolution:
         raise BadInput(f"{name}: a run of the bag mesh at resolution {saved} ({data['film'].shape[1]} film vertices); "
                        f"this run is at resolution {resolution}: give {flag} {saved} to use it")
     v, f = bag_mesh(resolution)
     n = len(data["time"]) if data["time"].ndim == 1 else -1
-    for key, shape in (("time", (n,)), ("film", (n, len(v), 3)), ("spheres", (n, len(SPHERE_RADII), 3)), ("faces", f.shape)):
+    for key, shape in (("time", (n, )), ("film", (n, len(v), 3)), ("spheres", (n, len(SPHERE_RADII), 3)), ("faces",
+                                                                                                           f.shape)):
         if data[key].shape != shape or n < 1:
-            raise BadInput(f"{name}: {key} has shape {data[key].shape}, this scene needs {shape if n >= 1 else '(frames ≥ 1,)'}")
+            raise BadInput(
+                f"{name}: {key} has shape {data[key].shape}, this scene needs {shape if n >= 1 else '(frames ≥ 1,)'}")
     if not np.array_equal(data["faces"], f):
-        raise BadInput(f"{name}: its faces are not those of the bag mesh at resolution {resolution}: not a run of this scene")
-    bad = np.flatnonzero(~(np.isfinite(data["film"]).all((1, 2)) & np.isfinite(data["spheres"]).all((1, 2)) & np.isfinite(data["time"])))
-    if len(bad): raise BadInput(f"{name}: {len(bad)} of {n} frames hold NaN or infinite values (the first is frame {bad[0]})")
+        raise BadInput(f"{name}: its faces are not those of the bag mesh at resolution {resolution}: not a run of "
+                       f"this scene")
+    bad = np.flatnonzero(~(np.isfinite(data["film"]).all((1, 2)) & np.isfinite(data["spheres"]).all((1, 2))
+                           & np.isfinite(data["time"])))
+    if len(bad): raise BadInput(f"{name}: {len(bad)} of {n} frames hold NaN or infinite values (the first is frame "
+                                f"{bad[0]})")
     back = np.flatnonzero(np.diff(data["time"]) <= 0)
-    if len(back): raise BadInput(f"{name}: its times do not increase (frame {back[0] + 1} at t = {data['time'][back[0] + 1]:.4f} s)")
+    if len(back): raise BadInput(f"{name}: its times do not increase (frame {back[0] + 1} at t = "
+                                 f"{data['time'][back[0] + 1]:.4f} s)")
     steps = {k: np.asarray(a) for k, a in data.items() if k.startswith("step_")}
     m = min((len(a) for a in steps.values() if a.ndim == 1), default=n - 1)
     for k, a in steps.items():
         if a.ndim != 1 or len(a) != m or len(a) < n - 1 or a.dtype.kind not in "fiuU":
-            raise BadInput(f"{name}: {k} has shape {a.shape} and dtype {a.dtype}; every step_* array holds one number or text per "
+            raise BadInput(f"{name}: {k} has shape {a.shape} and dtype {a.dtype}; every step_* array holds one "
+                           f"number or text per "
                            f"step, {max(m, n - 1)} of them for {n} frames")
     return data
 
@@ -264,13 +299,14 @@ def _sniff(path: Path) -> str:
     "What a file that is not an .npz looks like, for the message that refuses it."
     with open(path, "rb") as f: head = f.read(64).lstrip()
     if head[:1] in (b"{", b"["):
-        return "a JSON text, not a saved trajectory (newtonipc-bag writes its measurement table as PATH.json beside the PATH.npz trajectory: give the .npz)"
+        return ("a JSON text, not a saved trajectory (newtonipc-bag writes its measurement table as PATH.json "
+                   "beside the PATH.npz trajectory: give the .npz)")
     if head.startswith(b"\x93NUMPY"): return "a single .npy array, not an .npz of a run"
     return "not a zip archive: another format"
 
 def read_trajectory(path, resolution: int = 1, flag: str = "--resolution") -> dict:
-    """`load_trajectory` for a file given by a user: `BadInput` naming the file (and the command-line `flag` that picks the
-    resolution) unless it is a readable .npz that `check_trajectory` accepts for a run at `resolution`."""
+    """`load_trajectory` for a file given by a user: `BadInput` naming the file (and the command-line `flag` that picks
+    the resolution) unless it is a readable .npz that `check_trajectory` accepts for a run at `resolution`."""
     path = Path(path)
     if not path.exists(): raise BadInput(f"{path}: no such file")
     if not path.is_file(): raise BadInput(f"{path}: not a regular file")
@@ -280,24 +316,32 @@ def read_trajectory(path, resolution: int = 1, flag: str = "--resolution") -> di
         if not is_zip: raise BadInput(f"{path}: not a readable .npz trajectory ({_sniff(path)})")
     except OSError as e: raise BadInput(f"{path}: cannot be read ({e.strerror or e})") from e
     try: data = load_trajectory(path)
-    except Exception as e: raise BadInput(f"{path}: not a readable .npz trajectory (truncated or another format: {type(e).__name__}: {e})") from e
+    except Exception as e: raise BadInput(f"{path}: not a readable .npz trajectory (truncated or another format: "
+                                          f"{type(e).__name__}: {e})") from e
     return check_trajectory(data, str(path), resolution, flag)
 
 # %% ../../nbs/25_bag_run.ipynb #7883b888
 def resume_frame(data: dict, at: float | None = None) -> int:
-    "Index of the frame of the saved run `data` at time `at` (default its last) to resume from; `BadInput` unless it is stored, after t = 0, with every step before it."
-    t = np.asarray(data["time"]); at = float(t[-1]) if at is None else at
+    """Index of the frame of the saved run `data` at time `at` (default its last) to resume from; `BadInput` unless it
+    is stored, after t = 0, with every step before it."""
+    t = np.asarray(data["time"])
+    at = float(t[-1]) if at is None else at
     k = int(np.argmin(np.abs(t - at)))
-    if abs(t[k] - at) > 0.5 * DT: raise BadInput(f"the saved run has no frame at t = {at:.4f} s (it ends at {t[-1]:.4f} s)")
+    if abs(t[k] - at) > 0.5 * DT: raise BadInput(f"the saved run has no frame at t = {at:.4f} s (it ends at "
+                                                 f"{t[-1]:.4f} s)")
     if k == 0 or not np.allclose(t[:k + 1], np.arange(k + 1) * DT, atol=1e-9):
-        raise BadInput("resuming needs every step stored from t = 0 up to the frame (a run made with every=1) and a frame after t = 0")
+        raise BadInput("resuming needs every step stored from t = 0 up to the frame (a run made with every=1) and "
+                       "a frame after t = 0")
     return k
 
 def resume_run(scene: BagScene, ch: Choreographer, data: dict, at: float) -> tuple[Trajectory, int]:
-    "Put `scene` and `ch` where the saved run `data` was at time `at`; returns the trajectory so far and the step count there."
-    t = np.asarray(data["time"]); k = resume_frame(data, at)
+    """Put `scene` and `ch` where the saved run `data` was at time `at`; returns the trajectory so far and the step
+    count there."""
+    t = np.asarray(data["time"])
+    k = resume_frame(data, at)
     if data["film"].shape[1:] != (len(scene.film), 3) or data["spheres"].shape[1:] != (len(scene.spheres), 3):
-        raise BadInput(f"the saved run's film {data['film'].shape[1:]} / spheres {data['spheres'].shape[1:]} do not match this scene "
+        raise BadInput(f"the saved run's film {data['film'].shape[1:]} / spheres {data['spheres'].shape[1:]} do "
+                       f"not match this scene "
                        f"(mesh at resolution {scene.resolution}: film ({len(scene.film)}, 3))")
     x = scene.positions()
     for j in range(k):                  # replay: each row starts from the positions it saw
@@ -307,7 +351,8 @@ def resume_run(scene: BagScene, ch: Choreographer, data: dict, at: float) -> tup
     for part, key in ((scene.film, "film"), (scene.spheres, "spheres")):
         q[part] = data[key][k]
         qd[part] = (data[key][k].astype(np.float64) - data[key][k - 1]) / DT
-    scene.state.particle_q.assign(q.astype(np.float32)); scene.state.particle_qd.assign(qd.astype(np.float32))
+    scene.state.particle_q.assign(q.astype(np.float32))
+    scene.state.particle_qd.assign(qd.astype(np.float32))
     names = [c[5:] for c in data if c.startswith("step_")]
     traj = Trajectory(faces=np.asarray(data["faces"]), time=list(t[:k + 1]), film=list(data["film"][:k + 1]),
                       spheres=list(data["spheres"][:k + 1]),
@@ -316,7 +361,8 @@ def resume_run(scene: BagScene, ch: Choreographer, data: dict, at: float) -> tup
 
 # %% ../../nbs/25_bag_run.ipynb #05fe7fa5
 def thin_trajectory(src, dst, every: int = 8) -> Path:
-    "Write a light copy of a saved run to `dst`: every `every`-th frame and the last, all per-step statistics (for viewing and sharing)."
+    """Write a light copy of a saved run to `dst`: every `every`-th frame and the last, all per-step statistics (for
+    viewing and sharing)."""
     d = load_trajectory(src)
     keep = np.unique(np.r_[np.arange(0, len(d["time"]), every), len(d["time"]) - 1])
     light = {k: (v[keep] if k in ("film", "spheres", "time") else v) for k, v in d.items()}
@@ -343,19 +389,26 @@ ACTIONS = {"hold": (), "fold": (), "release": (), "drop": ("sphere",), "lift": (
            "tolerance": ("tolerance",), "check": (), "tie": ("shrink",)}
 
 def check_timeline(timeline, resolution: int = 1):
-    "`BadInput` unless `timeline` is a list of rows (start s, end s, action, group, parameters, what) that `Choreographer` can run."
+    """`BadInput` unless `timeline` is a list of rows (start s, end s, action, group, parameters, what) that
+    `Choreographer` can run."""
     if timeline is None: return
     if isinstance(timeline, (str, bytes)) or not hasattr(timeline, "__iter__"):
-        raise BadInput(f"timeline: a list of rows (start s, end s, action, group, parameters, what), got {type(timeline).__name__}")
+        raise BadInput(f"timeline: a list of rows (start s, end s, action, group, parameters, what), got "
+                       f"{type(timeline).__name__}")
     for i, row in enumerate(timeline):
         if isinstance(row, (str, bytes)) or not hasattr(row, "__len__") or len(row) != 6:
             raise BadInput(f"timeline row {i}: {row!r} is not a row (start s, end s, action, group, parameters, what)")
         t0, t1, action, group, p, _ = row
-        try: checked_number(t0, float, 0.0, False, "a start time in seconds"); checked_number(t1, float, t0, False, "an end time in seconds")
+        try:
+            checked_number(t0, float, 0.0, False, "a start time in seconds")
+            checked_number(t1, float, t0, False, "an end time in seconds")
         except ValueError as e: raise BadInput(f"timeline row {i}: {e}") from None
-        if action not in ACTIONS: raise BadInput(f"timeline row {i}: unknown action {action!r}; one of {', '.join(ACTIONS)}")
-        if not isinstance(p, dict): raise BadInput(f"timeline row {i}: parameters must be a dict, got {type(p).__name__}")
-        need = [k for k in ACTIONS[action] if k not in p] + (["to_z or dz"] if action == "lift" and not {"to_z", "dz"} & set(p) else [])
+        if action not in ACTIONS:
+            raise BadInput(f"timeline row {i}: unknown action {action!r}; one of {', '.join(ACTIONS)}")
+        if not isinstance(p, dict): raise BadInput(f"timeline row {i}: parameters must be a dict, got "
+                                                   f"{type(p).__name__}")
+        need = [k for k in ACTIONS[action] if k not in p
+                ] + (["to_z or dz"] if action == "lift" and not {"to_z", "dz"} & set(p) else [])
         if need: raise BadInput(f"timeline row {i}: action {action!r} needs the parameter(s) {', '.join(need)}")
         if action in ("hold", "fold", "lift", "shift", "goto") or (action == "release" and group != "all"):
             try: group_particles(group, resolution)
@@ -365,8 +418,9 @@ def check_timeline(timeline, resolution: int = 1):
 def _check_run_args(until, every, device, out, progress, timeline, resume_at, save_every, on_save, resolution) -> str:
     "Every argument of `run_bag` but `resume`, checked before anything is built; returns the device."
     for name, value, kind, low, low_open, what in (("until", until, float, DT, False, "a finite time in seconds"),
-                                                   ("every", every, int, 1, False, "a whole number"),
-                                                   ("save_every", save_every, float, 0.0, False, "a finite time in seconds")):
+                                                   ("every", every, int, 1, False,
+                                                    "a whole number"), ("save_every", save_every, float, 0.0, False,
+                                                                        "a finite time in seconds")):
         try: checked_number(value, kind, low, low_open, what)
         except ValueError as e: raise BadInput(f"{name}: {e}") from None
     if resume_at is not None:
@@ -375,7 +429,8 @@ def _check_run_args(until, every, device, out, progress, timeline, resume_at, sa
     try: check_resolution(resolution)
     except ValueError as e: raise BadInput(f"resolution: {e}") from None
     if not isinstance(progress, bool): raise BadInput(f"progress: True or False, got {progress!r}")
-    if on_save is not None and not callable(on_save): raise BadInput(f"on_save: a callable (traj, path) or None, got {on_save!r}")
+    if on_save is not None and not callable(on_save): raise BadInput(f"on_save: a callable (traj, path) or None, "
+                                                                     f"got {on_save!r}")
     if out is not None: check_writable(out, "out")
     check_timeline(timeline, resolution)
     return check_device(device, "device")
@@ -383,16 +438,18 @@ def _check_run_args(until, every, device, out, progress, timeline, resume_at, sa
 def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progress: bool = True, timeline=None,
             resume=None, resume_at: float | None = None, save_every: float = 5.0, on_save=None, resolution: int = 1,
             choreography=None, film=None, **solver_options) -> Trajectory:
-    """Run the bag scene, its mesh at `resolution`, to `until` seconds, from t = 0 or from a saved run (`resume`: path or dict, at `resume_at`, default its last frame); returns the `Trajectory`.
-    Every argument (and the whole `resume` file) is checked before anything is built: `BadInput` with the words `newtonipc-bag` uses.
-    With `out`, the run holds `output_lock(out)` throughout, and the trajectory is written there after the first step, then every
-    `save_every` seconds of wall time and when the run stops for any reason (`on_save(traj, out)` is called after each write);
-    a write that fails stops the run at once with `TrajectoryWriteError` (the file keeps the last good write).
+    """Run the bag scene, its mesh at `resolution`, to `until` seconds, from t = 0 or from a saved run (`resume`: path
+    or dict, at `resume_at`, default its last frame); returns the `Trajectory`. Every argument (and the whole `resume`
+    file) is checked before anything is built: `BadInput` with the words `newtonipc-bag` uses. With `out`, the run holds
+    `output_lock(out)` throughout, and the trajectory is written there after the first step, then every `save_every`
+    seconds of wall time and when the run stops for any reason (`on_save(traj, out)` is called after each write); a
+    write that fails stops the run at once with `TrajectoryWriteError` (the file keeps the last good write).
     `choreography` (a `Choreography`, default today's) sets the tie and neck handling, `film` (a `Film`, default
     `BAG_FILM`) the bag's material."""
     device = _check_run_args(until, every, device, out, progress, timeline, resume_at, save_every, on_save, resolution)
     unknown = sorted(set(solver_options) - set(inspect.signature(SolverIPC).parameters) - {"model"})
-    if unknown: raise BadInput(f"{unknown[0]}: neither an argument of run_bag nor an option of SolverIPC (see help(SolverIPC))")
+    if unknown: raise BadInput(f"{unknown[0]}: neither an argument of run_bag nor an option of SolverIPC (see "
+                               f"help(SolverIPC))")
     if choreography is not None and not isinstance(choreography, Choreography):
         raise BadInput(f"choreography: a Choreography or None, got {type(choreography).__name__}")
     if film is not None and not isinstance(film, Film):
@@ -401,13 +458,15 @@ def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progr
     if resume is not None and not isinstance(resume, (str, os.PathLike, dict)):
         raise BadInput(f"resume: a path to a saved run or a dict of its arrays, got {type(resume).__name__}")
     if resume is not None:
-        data = check_trajectory(resume, "resume", resolution, "resolution") if isinstance(resume, dict) else read_trajectory(resume, resolution, "resolution")
+        data = check_trajectory(resume, "resume", resolution, "resolution") if isinstance(
+            resume, dict) else read_trajectory(resume, resolution, "resolution")
         k = resume_frame(data, resume_at)
         if int(round(until / DT)) <= k:
-            raise BadInput(f"until {until:g}: the run resumed at t = {data['time'][k]:.4f} s has nothing left to compute; give a later until")
+            raise BadInput(f"until {until:g}: the run resumed at t = {data['time'][k]:.4f} s has nothing left to "
+                           f"compute; give a later until")
     with output_lock(out, "out") if out is not None else suppress():
-        return _run_bag(until, every, device, out, progress, timeline, resume, data, resume_at, save_every, on_save, resolution,
-                        choreography, film, solver_options)
+        return _run_bag(until, every, device, out, progress, timeline, resume, data, resume_at, save_every, on_save,
+                        resolution, choreography, film, solver_options)
 
 # %% ../../nbs/25_bag_run.ipynb #10701400
 def _start(scene, ch, resume, data, resume_at) -> tuple[Trajectory, int]:
@@ -432,7 +491,8 @@ def _run_bag(until, every, device, out, progress, timeline, resume, data, resume
     ch = Choreographer(timeline, resolution=scene.resolution, choreography=choreography)
     traj, k0 = _start(scene, ch, resume, data, resume_at)
     n_steps = int(round(until / DT))
-    t_wall = time.perf_counter(); last_save = None
+    t_wall = time.perf_counter()
+    last_save = None
 
     def save():
         traj.wall_time = time.perf_counter() - t_wall
@@ -457,15 +517,19 @@ def _run_bag(until, every, device, out, progress, timeline, resume, data, resume
             traj.steps.append({"t": t, **st.as_dict()})
             if (k + 1) % every == 0 or k + 1 == n_steps:
                 traj.record(t, scene.positions(), scene.film, scene.spheres)
-            # the first write comes after the first step: a disk that cannot take the file is found before more is computed
-            if out is not None and k + 1 < n_steps and (last_save is None or time.perf_counter() - last_save >= save_every):
-                save(); last_save = time.perf_counter()
+            # the first write comes after the first step: a disk that cannot take the file is found before more is
+            # computed
+            if out is not None and k + 1 < n_steps and (last_save is None or
+                                                        time.perf_counter() - last_save >= save_every):
+                save()
+                last_save = time.perf_counter()
             bar.update(1)
             bar.set_postfix_str(f"t={t:.3f}s subdiv={subdiv} it={st.newton_iterations}")
         traj.stopped = f"completed at t = {n_steps * DT:.4f} s"
     except (KeyboardInterrupt, Terminated) as e:
         traj.trim()
-        traj.stopped = f"{'stopped by SIGTERM' if isinstance(e, Terminated) else 'interrupted (Ctrl-C)'} at t = {traj.time[-1]:.4f} s"
+        traj.stopped = (f"{'stopped by SIGTERM' if isinstance(e, Terminated) else 'interrupted (Ctrl-C)'} at t = "
+                           f"{traj.time[-1]:.4f} s")
         raise
     except TrajectoryWriteError:
         write_failed = True

@@ -39,12 +39,14 @@ RESOLUTIONS = (1, 2, 4)      # mesh refinements of the bag: k× the rings and k�
 
 def check_resolution(resolution) -> int:
     "`resolution` as an int if it is one of `RESOLUTIONS`, else a `ValueError` naming it."
-    if isinstance(resolution, bool) or not isinstance(resolution, (int, np.integer)) or int(resolution) not in RESOLUTIONS:
+    if isinstance(resolution, bool) or not isinstance(resolution,
+                                                      (int, np.integer)) or int(resolution) not in RESOLUTIONS:
         raise ValueError(f"bag mesh resolution must be one of {', '.join(map(str, RESOLUTIONS))}, got {resolution!r}")
     return int(resolution)
 
 def bag_grid(resolution: int = 1) -> tuple[int, int, int, int]:
-    "`(rings, columns, neck ring, hem ring)` of the bag mesh at `resolution` k: 15k rings of 32k columns, neck ring 11k, hem 15k."
+    """`(rings, columns, neck ring, hem ring)` of the bag mesh at `resolution` k: 15k rings of 32k columns, neck ring
+    11k, hem 15k."""
     k = check_resolution(resolution)
     return N_RINGS * k, N_COLUMNS * k, NECK_RING * k, HEM_RING * k
 
@@ -86,7 +88,8 @@ def ring_and_column(particles, resolution: int = 1) -> tuple[np.ndarray, np.ndar
 
 # %% ../../nbs/23_bag_scene.ipynb #11a9c724
 def _ring_profile(resolution: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    "Radius and height of rings 1 … 15k along the bag's profile: the 15 rings of resolution 1, each profile segment cut into k equal parts."
+    """Radius and height of rings 1 … 15k along the bag's profile: the 15 rings of resolution 1, each profile segment
+    cut into k equal parts."""
     k = np.arange(1, N_RINGS + 1)
     r, z = np.zeros(N_RINGS), np.zeros(N_RINGS)
     disc, wall, flap = k <= BOTTOM_RINGS, (k >= BOTTOM_RINGS) & (k < NECK_RING), k > NECK_RING
@@ -146,7 +149,8 @@ def bag_mesh(resolution: int = 1) -> tuple[np.ndarray, np.ndarray]:
 SPHERE_RADII = (0.026, 0.026, 0.026, 0.012, 0.012, 0.012, 0.025)   # m
 SPHERE_DENSITY = 250.0                                              # kg/m³
 
-def bin_mesh(radius: float = BIN_RADIUS, height: float = BIN_HEIGHT, segments: int = 32, center=(0.0, 0.0)) -> tuple[np.ndarray, np.ndarray]:
+def bin_mesh(radius: float = BIN_RADIUS, height: float = BIN_HEIGHT, segments: int = 32,
+             center=(0.0, 0.0)) -> tuple[np.ndarray, np.ndarray]:
     "An open cylindrical bin (bottom disc + wall, no lid): `(vertices, faces)` with normals pointing into the bin."
     phi = 2.0 * np.pi * (np.arange(segments) + 0.5) / segments
     ring = np.stack([radius * np.cos(phi) + center[0], radius * np.sin(phi) + center[1], np.zeros(segments)], 1)
@@ -176,9 +180,11 @@ class SceneIndex:
 
 SPHERE_COLUMN_BOTTOM = 0.175   # m, centre height of the lowest waiting sphere (hem top at 0.138 m)
 SPHERE_COLUMN_GAP = 0.005      # m, vertical gap between consecutive waiting spheres
-SPHERE_DROP_XY = ((-0.027, 0.0), (0.027, 0.0), (0.0, 0.022), (0.0, -0.030), (-0.029, 0.029), (0.029, 0.029), (0.0, 0.0))   # m
+# m
+SPHERE_DROP_XY = ((-0.027, 0.0), (0.027, 0.0), (0.0, 0.022), (0.0, -0.030), (-0.029, 0.029), (0.029, 0.029), (0.0, 0.0))
 
-def sphere_column(radii=SPHERE_RADII, drop_xy=SPHERE_DROP_XY, bottom: float = SPHERE_COLUMN_BOTTOM, gap: float = SPHERE_COLUMN_GAP) -> np.ndarray:
+def sphere_column(radii=SPHERE_RADII, drop_xy=SPHERE_DROP_XY, bottom: float = SPHERE_COLUMN_BOTTOM,
+                  gap: float = SPHERE_COLUMN_GAP) -> np.ndarray:
     "Centres (n, 3) of the spheres waiting above the bin, each over its own drop point, stacked so that no two overlap."
     z = [bottom]
     for r0, r1 in zip(radii[:-1], radii[1:]): z.append(z[-1] + r0 + r1 + gap)
@@ -196,9 +202,11 @@ def bag_scene_builder(film: Film = BAG_FILM, bag_offset=(0.0, 0.0, 0.002), resol
     set_hinge_stiffness(b, first_edge, film.D, rule=hinge_rule)
     film_r = range(f0, b.particle_count)
     bv, bf = bin_mesh()
-    b0 = add_mesh(b, bv, bf, density=0.0); bin_r = range(b0, b.particle_count)
+    b0 = add_mesh(b, bv, bf, density=0.0)
+    bin_r = range(b0, b.particle_count)
     fv, ff = floor_mesh(z=-0.0005)
-    fl0 = add_mesh(b, fv, ff, density=0.0); floor_r = range(fl0, b.particle_count)
+    fl0 = add_mesh(b, fv, ff, density=0.0)
+    floor_r = range(fl0, b.particle_count)
     s0 = b.particle_count
     for p, r in zip(sphere_column(), SPHERE_RADII):
         b.add_particle(wp.vec3(*p), wp.vec3(0.0, 0.0, 0.0), mass=SPHERE_DENSITY * 4.0 / 3.0 * math.pi * r**3, radius=r)
@@ -225,7 +233,8 @@ class BagScene:
 
     @classmethod
     def build(cls, device=None, resolution: int = 1, film: Film | None = None, **solver_options) -> "BagScene":
-        "The scene with the bag mesh at `resolution` (1, 2 or 4) of `film` (default `BAG_FILM`) on `device`; `solver_options` override `SCENE_OPTIONS`."
+        """The scene with the bag mesh at `resolution` (1, 2 or 4) of `film` (default `BAG_FILM`) on `device`;
+        `solver_options` override `SCENE_OPTIONS`."""
         device, resolution = str(wp.get_device(device)), check_resolution(resolution)
         builder, index = bag_scene_builder(BAG_FILM if film is None else film, resolution=resolution)
         model = builder.finalize(device=device)

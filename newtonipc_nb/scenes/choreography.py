@@ -25,7 +25,8 @@ __all__ = ['GROUP_STIFFNESS', 'GRIP_COLUMNS', 'FLAP_COLUMNS', 'BAND_RINGS', 'BOD
            'ScenarioCheckFailed', 'tie_pairs', 'columns_up', 'phase_rows', 'phase_at', 'Controls', 'Choreographer']
 
 # %% ../../nbs/24_choreography.ipynb #8f5f7445
-GROUP_STIFFNESS = dict(hem=20.0, neck=20.0, grips=300.0, flap=40.0, top_flap=100.0, body=100.0, bands=150.0)   # N/m per vertex at resolution 1
+# N/m per vertex at resolution 1
+GROUP_STIFFNESS = dict(hem=20.0, neck=20.0, grips=300.0, flap=40.0, top_flap=100.0, body=100.0, bands=150.0)
 # Rings and columns of the resolution-1 mesh (15 rings, 32 columns); at resolution k they are rings k·r and columns k·c:
 # the same rest distance from the hem, the same angles around the axis.
 GRIP_COLUMNS = (8, 24)
@@ -35,7 +36,8 @@ BODY_RING = 5               # 29 mm above the bottom, at the lower spheres: wher
 BAND_COLUMNS = tuple(range(0, 32, 2))   # every 22.5°
 SPHERE_DROPS = tuple(0.89 + i * (1.60 - 0.89) / (len(SPHERE_RADII) - 1) for i in range(len(SPHERE_RADII)))
 SET_DOWN_SHIFT = 0.22       # m, sideways distance from the bin to where the bag is set on the floor
-SET_DOWN_Z = 0.125          # m, grip height at set-down: hanging from the grips the bag is ~118 mm long, so it rests on the floor
+# m, grip height at set-down: hanging from the grips the bag is ~118 mm long, so it rests on the floor
+SET_DOWN_Z = 0.125
 TIE_SHRINK = 0.25           # final tie rest length as a fraction of the length when it is switched on
 TIGHTEN_RADIUS = 0.005      # m, distance from the neck's axis the band points are pulled to before the tie
 GATHER = (0.012, 0.020)     # m, (radius, height above the neck centre) the flap supports and grips are gathered to
@@ -49,7 +51,8 @@ def _real(v, name: str, ok, rule: str) -> float:
 
 @dataclass(frozen=True)
 class Choreography:
-    "The tunable handling of the bag scene: the neck bands, the tie and the flap supports (defaults: the scene as it is)."
+    """The tunable handling of the bag scene: the neck bands, the tie and the flap supports (defaults: the scene as it
+    is)."""
     tighten_radius: float = TIGHTEN_RADIUS
     tie_shrink: float = TIE_SHRINK
     tie_stiffness: float = TIE_STIFFNESS
@@ -62,21 +65,27 @@ class Choreography:
     gather_height: float = GATHER[1]
 
     def __post_init__(self):
-        pos, nonneg = (lambda v: v > 0, "a finite number > 0"), (lambda v: v >= 0, "a finite number ≥ 0")
+        nonneg = (lambda v: v >= 0, "a finite number ≥ 0")
         for name, (ok, rule) in dict(tighten_radius=nonneg, tie_stiffness=nonneg, band_stiffness=nonneg,
                                      flap_stiffness=nonneg, flap_lower=nonneg, gather_radius=nonneg).items():
             object.__setattr__(self, name, _real(getattr(self, name), name, ok, rule))
-        object.__setattr__(self, "gather_height", _real(self.gather_height, "gather_height", lambda v: True, "a finite number"))
+        object.__setattr__(self, "gather_height",
+                           _real(self.gather_height, "gather_height", lambda v: True, "a finite number"))
         object.__setattr__(self, "tie_shrink", _real(self.tie_shrink, "tie_shrink", lambda v: 0 < v <= 1, "in (0, 1]"))
-        object.__setattr__(self, "band_columns", _real(self.band_columns, "band_columns", lambda v: 3 <= round(v * N_COLUMNS) <= N_COLUMNS,
-                                                        f"a fraction in [3/{N_COLUMNS}, 1] (at least 3 band points)"))
+        object.__setattr__(
+            self, "band_columns",
+            _real(self.band_columns, "band_columns", lambda v: 3 <= round(v * N_COLUMNS) <= N_COLUMNS,
+                  f"a fraction in [3/{N_COLUMNS}, 1] (at least 3 band points)"))
         rings = self.band_rings
         if isinstance(rings, (str, bytes)) or not hasattr(rings, "__len__") or len(rings) == 0:
             raise ValueError(f"Choreography: band_rings must be a non-empty list of fractions in (0, 1], got {rings!r}")
-        rings = tuple(_real(f, "band_rings", lambda v: 1 <= round(v * N_RINGS) <= N_RINGS, f"fractions in [1/{N_RINGS}, 1]") for f in rings)
+        rings = tuple(
+            _real(f, "band_rings", lambda v: 1 <= round(v * N_RINGS) <= N_RINGS, f"fractions in [1/{N_RINGS}, 1]")
+            for f in rings)
         at1 = [round(f * N_RINGS) for f in rings]
         if len(set(at1)) < len(at1) or at1 != sorted(at1):
-            raise ValueError(f"Choreography: band_rings must name distinct rings from the bottom up, got {list(rings)} (rings {at1} of {N_RINGS})")
+            raise ValueError(f"Choreography: band_rings must name distinct rings from the bottom up, got "
+                             f"{list(rings)} (rings {at1} of {N_RINGS})")
         object.__setattr__(self, "band_rings", rings)
 
 # %% ../../nbs/24_choreography.ipynb #33c6db0a
@@ -87,7 +96,8 @@ def band_ring_indices(self: Choreography, resolution: int = 1) -> list[int]:
 
 @patch
 def band_column_indices(self: Choreography, resolution: int = 1) -> list[int]:
-    "The band columns on the mesh at `resolution`: n = fraction × 32 points spread evenly over the resolution-1 columns, column c at k is k·c."
+    """The band columns on the mesh at `resolution`: n = fraction × 32 points spread evenly over the resolution-1
+    columns, column c at k is k·c."""
     n = round(self.band_columns * N_COLUMNS)
     return [check_resolution(resolution) * round(j * N_COLUMNS / n) for j in range(n)]
 
@@ -119,24 +129,28 @@ def timeline(self: Choreography) -> list:
         (3.80, 4.60, "lift", "grips", dict(to_z=SET_DOWN_Z), "set the bag down: its bottom on the floor"),
         (4.70, 4.70, "release", "grips", {}, "let go of the two hem points: the bag stands on the floor"),
         (4.70, 6.05, "hold", "neck", {}, "hold the bag at the neck while the flap is turned up"),
-        (4.70, 6.05, "goto", "top_flap", dict(goal="flap_rest"), "unfold the top flap: the rings above the neck to their rest shape over it"),
+        (4.70, 6.05, "goto", "top_flap", dict(goal="flap_rest"), "unfold the top flap: the rings above the neck to "
+                                                                 "their rest shape over it"),
         (6.05, 6.05, "check", "film", dict(check="columns_up"), "every column points upward"),
         (6.05, 6.05, "release", "top_flap", {}, "let go of the flap rings"),
         (6.05, 6.05, "release", "neck", {}, "let go of the neck"),
         (6.05, 9.40, "hold", "body", {}, "steady the bag on the floor while its top is gathered and tied"),
         (6.05, 7.10, "goto", "flap", gather, "gather the flap towards the bag's axis"),
         (6.05, 7.10, "goto", "grips", dict(gather), "gather the flap (and the grips)"),
-        (7.40, 8.40, "goto", "bands", dict(goal="tighten", radius=self.tighten_radius), "tighten the two neck bands while the flap is held"),
+        (7.40, 8.40, "goto", "bands", dict(goal="tighten", radius=self.tighten_radius), "tighten the two neck bands "
+                                                                                        "while the flap is held"),
         (8.40, 8.75, "tie", "bands", dict(shrink=self.tie_shrink, stiffness=self.tie_stiffness),
          "switch the tie on and shrink it to its target length"),
         (8.75, 9.40, "lift", "flap", dict(dz=-self.flap_lower), "lower the five flap supports"),
         (9.40, 9.40, "release", "all", {}, "release every external support"),
-        (9.40, 9.40, "tolerance", "solver", dict(tolerance=TOL_RELEASED), "tighten the position tolerance to 0.0005 mm"),
+        (9.40, 9.40, "tolerance", "solver", dict(tolerance=TOL_RELEASED), "tighten the position tolerance to "
+                                                                          "0.0005 mm"),
     ]
 
 # %% ../../nbs/24_choreography.ipynb #085aa3c9
 def group_particles(name: str, resolution: int = 1, choreography: Choreography | None = None) -> np.ndarray:
-    "Film vertex indices of a support group on the mesh at `resolution` (by ring and column, never by position); the bands as `choreography` places them."
+    """Film vertex indices of a support group on the mesh at `resolution` (by ring and column, never by position); the
+    bands as `choreography` places them."""
     _, _, neck, hem = bag_grid(resolution)
     ring = lambda r: ring_vertices(r, resolution)
     cols = lambda cs: [resolution * c for c in cs]         # a resolution-1 column's angle at this resolution
@@ -152,7 +166,8 @@ def group_particles(name: str, resolution: int = 1, choreography: Choreography |
     raise KeyError(f"unknown support group {name!r}")
 
 def group_stiffness(name: str, resolution: int = 1, choreography: Choreography | None = None) -> float:
-    "Per-vertex support stiffness (N/m) of group `name` at `resolution`: its resolution-1 stiffness (`choreography`'s for bands and flap) shared out so that the group's total is that of resolution 1."
+    """Per-vertex support stiffness (N/m) of group `name` at `resolution`: its resolution-1 stiffness (`choreography`'s
+    for bands and flap) shared out so that the group's total is that of resolution 1."""
     ch = choreography or Choreography()
     return ch.stiffness(name) * len(group_particles(name, 1, ch)) / len(group_particles(name, resolution, ch))
 
@@ -160,7 +175,8 @@ TIMELINE = Choreography().timeline()
 
 def timeline_table(timeline=None) -> pd.DataFrame:
     "The choreography as a table, in time order (`timeline` default `TIMELINE`)."
-    df = pd.DataFrame(TIMELINE if timeline is None else timeline, columns=["start (s)", "end (s)", "action", "group", "parameters", "what"])
+    df = pd.DataFrame(TIMELINE if timeline is None else timeline,
+                      columns=["start (s)", "end (s)", "action", "group", "parameters", "what"])
     return df.sort_values(["start (s)", "end (s)"], kind="stable").reset_index(drop=True)
 
 # %% ../../nbs/24_choreography.ipynb #00916dfd
@@ -172,10 +188,12 @@ def _smooth(s: float) -> float:
     s = min(max(s, 0.0), 1.0)
     return s * s * (3.0 - 2.0 * s)
 
-FOLD_DROP = 0.066          # m, how far the hem is taken down: to 34 mm below the rim, so neck and flap hang outside the bin
+# m, how far the hem is taken down: to 34 mm below the rim, so neck and flap hang outside the bin
+FOLD_DROP = 0.066
 
 def _rim_fold(anchor: np.ndarray, s: float) -> np.ndarray:
-    "Targets taking the hem straight down by `FOLD_DROP` at its own radius, at eased time `s`: the flap doubles over outward."
+    """Targets taking the hem straight down by `FOLD_DROP` at its own radius, at eased time `s`: the flap doubles over
+    outward."""
     t = anchor.copy()
     t[:, 2] -= s * FOLD_DROP
     return t
@@ -185,7 +203,8 @@ def _neck_centre(x: np.ndarray, resolution: int = 1) -> np.ndarray:
 
 @lru_cache(maxsize=None)
 def _rest_flap_offsets(resolution: int = 1):
-    "Radial and vertical offsets (rings × columns) of each rest vertex from its neck-column vertex, mesh at `resolution`."
+    """Radial and vertical offsets (rings × columns) of each rest vertex from its neck-column vertex, mesh at
+    `resolution`."""
     rings, columns, neck, _ = bag_grid(resolution)
     v = bag_mesh(resolution)[0]
     # rows for rings 0 … 15k; only rings from the neck on are read, and the bottom disc's rings hold other counts
@@ -201,7 +220,8 @@ def _goal(kind: str, particles: np.ndarray, x: np.ndarray, p: dict, resolution: 
         neck = bag_grid(resolution)[2]
         ring, col = ring_and_column(particles, resolution)
         n = x[ring_vertices(neck, resolution)[col]]
-        u = n[:, :2] - c[:2]; u /= np.linalg.norm(u, axis=1, keepdims=True)
+        u = n[:, :2] - c[:2]
+        u /= np.linalg.norm(u, axis=1, keepdims=True)
         rest_dr, rest_dz = _rest_flap_offsets(resolution)
         dr, dz = rest_dr[ring, col], rest_dz[ring, col]
         return n + np.column_stack([dr[:, None] * u, dz])
@@ -214,7 +234,8 @@ def _goal(kind: str, particles: np.ndarray, x: np.ndarray, p: dict, resolution: 
 
 # %% ../../nbs/24_choreography.ipynb #2992d98d
 def tie_pairs(resolution: int = 1, choreography: Choreography | None = None) -> np.ndarray:
-    "Tie pairs within and between the neck bands: ring neighbours in each band, and each column across consecutive bands (48 pairs at every resolution with the default two bands of 16)."
+    """Tie pairs within and between the neck bands: ring neighbours in each band, and each column across consecutive
+    bands (48 pairs at every resolution with the default two bands of 16)."""
     ch = choreography or Choreography()
     n = len(ch.band_column_indices(resolution))
     bands = group_particles("bands", resolution, ch).reshape(-1, n)
@@ -231,11 +252,13 @@ PHASE_ACTIONS = ("fold", "drop", "lift", "shift", "goto", "tie")
 
 # %% ../../nbs/24_choreography.ipynb #0ce3f41e
 def phase_rows(timeline=None) -> list:
-    "The rows that open a phase: motions, drops, the tie and the final release — the first of those that start together."
+    """The rows that open a phase: motions, drops, the tie and the final release — the first of those that start
+    together."""
     rows, starts = [], set()
     for r in sorted(TIMELINE if timeline is None else timeline, key=lambda r: (r[0], r[1])):
         if (r[2] in PHASE_ACTIONS or r[2:4] == ("release", "all")) and r[0] not in starts:
-            starts.add(r[0]); rows.append(r)
+            starts.add(r[0])
+            rows.append(r)
     return rows
 
 def phase_at(t: float, rows) -> str:
@@ -257,7 +280,8 @@ class Controls:
     tie_stiffness: float | None = None      # N/m per pair; None: the solver's default
 
 class Choreographer:
-    "Runs a timeline (default: `choreography`'s, itself default `Choreography()`) against a bag scene whose mesh is at `resolution`."
+    """Runs a timeline (default: `choreography`'s, itself default `Choreography()`) against a bag scene whose mesh is at
+    `resolution`."""
     def __init__(self, timeline=None, n_spheres: int = len(SPHERE_RADII), resolution: int = 1,
                  choreography: Choreography | None = None):
         self.resolution = check_resolution(resolution)
@@ -283,7 +307,8 @@ def _start(self: Choreographer, i, row, x):
     elif action == "check":
         up = columns_up(x, self.resolution)
         if not up.all():
-            raise ScenarioCheckFailed(f"at t = {t0:.2f} s, {int((~up).sum())} of {len(up)} columns do not point upward (columns {np.flatnonzero(~up).tolist()})")
+            raise ScenarioCheckFailed(f"at t = {t0:.2f} s, {int((~up).sum())} of {len(up)} columns do not point "
+                                      f"upward (columns {np.flatnonzero(~up).tolist()})")
     elif action == "tie":
         pairs = tie_pairs(self.resolution, self.choreography)
         L0 = np.linalg.norm(x[pairs[:, 0]] - x[pairs[:, 1]], axis=1)
@@ -324,7 +349,8 @@ def controls(self: Choreographer, t: float, x: np.ndarray) -> Controls:
     parts = [group_particles(g, res, ch) for g in self.held]
     idx = np.concatenate(parts) if parts else np.zeros(0, np.int32)
     tg = np.concatenate([self.held[g] for g in self.held]) if parts else np.zeros((0, 3))
-    k = np.concatenate([np.full(len(pg), group_stiffness(g, res, ch)) for g, pg in zip(self.held, parts)]) if parts else np.zeros(0)
+    k = np.concatenate([np.full(len(pg), group_stiffness(g, res, ch))
+                        for g, pg in zip(self.held, parts)]) if parts else np.zeros(0)
     pairs = lengths = k_tie = None
     if self.tie is not None:
         pairs, L0, shrink, t0, t1, k_tie = self.tie

@@ -37,7 +37,8 @@ def equilibrium_gap(load: float, dhat: float = 1.0e-3, kappa: float = 1000.0) ->
 
 def smoothed_reference(theta_deg: float, steps: int, dt: float = 1 / 240, *, mu: float = 0.35, gravity: float = 9.81,
                        sliding_speed: float = 1.0e-3) -> np.ndarray:
-    "Distance down the slope s_n (n = 0..steps) of backward Euler on dv/dt = g sinθ − μ g cosθ v/√(v² + v_s²), from rest."
+    """Distance down the slope s_n (n = 0..steps) of backward Euler on dv/dt = g sinθ − μ g cosθ v/√(v² + v_s²), from
+    rest."""
     th = math.radians(theta_deg)
     gs, gc = gravity * math.sin(th), mu * gravity * math.cos(th)
     s, v = [0.0], 0.0
@@ -53,14 +54,16 @@ def smoothed_reference(theta_deg: float, steps: int, dt: float = 1 / 240, *, mu:
     return np.asarray(s)
 
 # %% ../../nbs/21_incline.ipynb #37251f0c
-INCLINE_PLANE = np.array([[-1.0, -1.5], [2.0, 0.0], [-1.0, 1.5]])   # the plane triangle in (down, across) coordinates, m
+# the plane triangle in (down, across) coordinates, m
+INCLINE_PLANE = np.array([[-1.0, -1.5], [2.0, 0.0], [-1.0, 1.5]])
 
 
 def incline_scene(theta_deg: float, body: str = "sphere", *, radius: float = 0.01, density: float = 250.0,
                   patch: float = 0.02, n: int = 5, film=None, gravity: float = 9.81, min_gap: float = 3.0e-5,
                   dhat: float = 1.0e-3, kappa: float = 1000.0, plane: str = "triangle", mu: float = 0.35, device=None):
-    """A `body` ('sphere' or 'film') resting at its equilibrium gap on a fixed plane inclined by `theta_deg`; returns (model, body particle indices).
-    `plane`: "triangle" (a fixed triangle of particles) or "shape" (Newton's infinite plane shape, its `shape_material_mu` = `mu`)."""
+    """A `body` ('sphere' or 'film') resting at its equilibrium gap on a fixed plane inclined by `theta_deg`; returns
+    (model, body particle indices). `plane`: "triangle" (a fixed triangle of particles) or "shape" (Newton's infinite
+    plane shape, its `shape_material_mu` = `mu`)."""
     if body not in ("sphere", "film"): raise ValueError(f"body must be 'sphere' or 'film', got {body!r}")
     if plane not in ("triangle", "shape"): raise ValueError(f"plane must be 'triangle' or 'shape', got {plane!r}")
     if not 0 <= theta_deg < 90: raise ValueError(f"theta_deg must be in [0, 90), got {theta_deg}")
@@ -87,8 +90,9 @@ def incline_scene(theta_deg: float, body: str = "sphere", *, radius: float = 0.0
         add_mesh(b, P, np.array([[0, 1, 2]], np.int32), density=0.0)
     else:                                  # the shape's z axis turned onto the slope's normal
         cfg = newton.ModelBuilder.ShapeConfig(mu=mu)
-        b.add_shape_plane(body=-1, xform=wp.transform(wp.vec3(0.0, 0.0, 0.0), wp.quat_from_axis_angle(wp.vec3(0.0, 1.0, 0.0), theta)),
-                          width=0.0, length=0.0, cfg=cfg)
+        b.add_shape_plane(
+            body=-1, xform=wp.transform(wp.vec3(0.0, 0.0, 0.0), wp.quat_from_axis_angle(wp.vec3(0.0, 1.0, 0.0), theta)),
+            width=0.0, length=0.0, cfg=cfg)
     model = b.finalize(device=device)
     if body == "film":                     # every vertex at the gap that carries its own weight
         m = model.particle_mass.numpy()[idx].astype(np.float64)
@@ -100,8 +104,10 @@ def incline_scene(theta_deg: float, body: str = "sphere", *, radius: float = 0.0
 
 # %% ../../nbs/21_incline.ipynb #238e1220
 def slide_on_incline(theta_deg: float, body: str = "sphere", *, mu: float = 0.35, steps: int = 60, dt: float = 1 / 240,
-                     tolerance: float = 1.0e-8, gravity: float = 9.81, plane: str = "triangle", device=None, **options) -> dict:
-    "Simulate `body` on an incline of `theta_deg` degrees for `steps` steps; measured vs expected motion down the slope."
+                     tolerance: float = 1.0e-8, gravity: float = 9.81, plane: str = "triangle", device=None,
+                     **options) -> dict:
+    """Simulate `body` on an incline of `theta_deg` degrees for `steps` steps; measured vs expected motion down the
+    slope."""
     model, idx = incline_scene(theta_deg, body, gravity=gravity, plane=plane, mu=mu, device=device)
     solver = SolverIPC(model, friction=mu, tolerance=tolerance, membrane="neohookean", **options)
     theta = math.radians(theta_deg)
@@ -113,7 +119,8 @@ def slide_on_incline(theta_deg: float, body: str = "sphere", *, mu: float = 0.35
     for k in range(steps + 1):
         X.append(s0.particle_q.numpy().astype(np.float64)[idx].mean(0))
         if k == steps: break
-        solver.step(s0, s1, None, None, dt); s0, s1 = s1, s0
+        solver.step(s0, s1, None, None, dt)
+        s0, s1 = s1, s0
         loads.append(float(solver.friction.load.numpy().sum()) if solver.friction.count else 0.0)
         iters.append(solver.last_stats.newton_iterations)
     wall = time.perf_counter() - t0
@@ -126,12 +133,13 @@ def slide_on_incline(theta_deg: float, body: str = "sphere", *, mu: float = 0.35
     slides = r > 1
     a_exp = gravity * (math.sin(theta) - mu * math.cos(theta)) if slides else 0.0
     v_creep = solver.friction.sliding_speed * r / math.sqrt(1 - r * r) if not slides else math.nan
-    return dict(body=body, mu=mu, theta_deg=theta_deg, slides=slides, a_expected=a_exp, a_measured=a_fit,
-                a_rel_err=a_fit / a_exp - 1 if slides else math.nan,
-                v_creep_expected=v_creep, v_creep_measured=v_fit if not slides else math.nan,
-                creep_rel_err=v_fit / v_creep - 1 if not slides else math.nan,
-                ref_rel_err=float(np.abs(s - ref).max() / max(abs(ref[-1]), 1e-300)),
-                displacement=s[-1], v_final=(s[-1] - s[-2]) / dt, lateral_drift=float(np.abs(X @ e).max()),
-                normal_drift=float(np.abs(X @ nrm).max()),
-                load_ratio=float(np.mean(loads[w.start:])) / (mu * mass.sum() * gravity * math.cos(theta)) if mu > 0 else math.nan,
-                iterations=float(np.mean(iters)), wall_s=wall)
+    return dict(
+        body=body, mu=mu, theta_deg=theta_deg, slides=slides, a_expected=a_exp, a_measured=a_fit,
+        a_rel_err=a_fit / a_exp - 1 if slides else math.nan, v_creep_expected=v_creep,
+        v_creep_measured=v_fit if not slides else math.nan,
+        creep_rel_err=v_fit / v_creep - 1 if not slides else math.nan,
+        ref_rel_err=float(np.abs(s - ref).max() / max(abs(ref[-1]), 1e-300)), displacement=s[-1],
+        v_final=(s[-1] - s[-2]) / dt, lateral_drift=float(np.abs(X @ e).max()),
+        normal_drift=float(np.abs(X @ nrm).max()), load_ratio=float(np.mean(loads[w.start:])) /
+        (mu * mass.sum() * gravity * math.cos(theta)) if mu > 0 else math.nan, iterations=float(np.mean(iters)),
+        wall_s=wall)

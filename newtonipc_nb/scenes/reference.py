@@ -22,10 +22,12 @@ def _rot_y(p, angle):
     return p @ np.array([[c, 0, -s], [0, 1, 0], [s, 0, c]]).T
 
 def hinge_scene(kind: str = "vt", *, speed: float = 0.25, height: float = 1.5e-3, film=None, device=None):
-    "A small reference scene: a folded two-triangle film hinge falling onto a fixed triangle ('vt') or a ridge edge ('ee'); returns (model, state)."
+    """A small reference scene: a folded two-triangle film hinge falling onto a fixed triangle ('vt') or a ridge edge
+    ('ee'); returns (model, state)."""
     film = film or BAG_FILM
     L, fold = 0.02, math.atan(0.25)
-    rest = np.array([[-L, 0, 0], [L, 0, 0], [0, -L, 0], [0, L, 0]], dtype=np.float64)   # a, b, c, d; shared edge c–d on the y axis
+    # a, b, c, d; shared edge c–d on the y axis
+    rest = np.array([[-L, 0, 0], [L, 0, 0], [0, -L, 0], [0, L, 0]], dtype=np.float64)
     x = rest.copy()
     if kind == "vt":        # b folded up by the whole angle, then the hinge tilted so that vertex a leads
         x[1] = _rot_y(rest[1:2], fold)[0]
@@ -34,7 +36,8 @@ def hinge_scene(kind: str = "vt", *, speed: float = 0.25, height: float = 1.5e-3
         obstacle_v = np.array([[-0.05, -0.05, 0.0], [0.05, -0.05, 0.0], [0.0, 0.06, 0.0]])
         obstacle_f = np.array([[0, 1, 2]], dtype=np.int32)
     elif kind == "ee":      # a and b folded up by half the angle each: the shared edge c–d is lowest, across the ridge
-        x[0] = _rot_y(rest[0:1], -fold / 2)[0]; x[1] = _rot_y(rest[1:2], fold / 2)[0]
+        x[0] = _rot_y(rest[0:1], -fold / 2)[0]
+        x[1] = _rot_y(rest[1:2], fold / 2)[0]
         obstacle_v = np.array([[-0.05, 0.0, 0.0], [0.05, 0.0, 0.0], [0.0, -0.03, -0.02], [0.0, 0.03, -0.02]])
         obstacle_f = np.array([[0, 2, 1], [0, 1, 3]], dtype=np.int32)
     else:
@@ -42,26 +45,33 @@ def hinge_scene(kind: str = "vt", *, speed: float = 0.25, height: float = 1.5e-3
     x[:, 2] += height - x[:, 2].min()
     b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
     first = len(b.edge_indices)
-    add_mesh(b, rest + [0, 0, 0.05], np.array([[0, 2, 3], [1, 3, 2]], dtype=np.int32), density=film.areal_density, mu=film.mu, lam=film.lam)
+    add_mesh(b, rest + [0, 0, 0.05], np.array([[0, 2, 3], [1, 3, 2]], dtype=np.int32), density=film.areal_density,
+             mu=film.mu, lam=film.lam)
     set_hinge_stiffness(b, first, film.D, rule="reference")
     add_mesh(b, obstacle_v, obstacle_f, density=0.0)
     model = b.finalize(device=device)
     state = model.state()
-    q = state.particle_q.numpy(); q[:4] = x; state.particle_q.assign(q)
-    qd = state.particle_qd.numpy(); qd[:4, 2] = -speed; state.particle_qd.assign(qd)
+    q = state.particle_q.numpy()
+    q[:4] = x
+    state.particle_q.assign(q)
+    qd = state.particle_qd.numpy()
+    qd[:4, 2] = -speed
+    state.particle_qd.assign(qd)
     return model, state
 
 # %% ../../nbs/22_reference_scenes.ipynb #0d02eae1
 def sheet_on_sphere(n: int = 15, size: float = 0.08, device=None):
     "(model, faces) of a bag-film sheet of n×n vertices, 6 mm above a fixed sphere particle (R = 2 cm) over a floor."
     b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
-    u = np.linspace(-size / 2, size / 2, n); X, Y = np.meshgrid(u, u, indexing="ij")
+    u = np.linspace(-size / 2, size / 2, n)
+    X, Y = np.meshgrid(u, u, indexing="ij")
     v = np.stack([X.ravel(), Y.ravel(), np.full(n * n, 0.026)], 1)
     f = grid_faces(n)
     first = len(b.edge_indices)
     add_mesh(b, v, f, density=BAG_FILM.areal_density, mu=BAG_FILM.mu, lam=BAG_FILM.lam)
     set_hinge_stiffness(b, first, BAG_FILM.D, rule="reference")
-    add_mesh(b, np.array([[-0.1, -0.1, -0.021], [0.1, -0.1, -0.021], [0.1, 0.1, -0.021], [-0.1, 0.1, -0.021]]), np.array([[0, 1, 2], [0, 2, 3]], np.int32), density=0.0)
+    add_mesh(b, np.array([[-0.1, -0.1, -0.021], [0.1, -0.1, -0.021], [0.1, 0.1, -0.021], [-0.1, 0.1, -0.021]]),
+             np.array([[0, 1, 2], [0, 2, 3]], np.int32), density=0.0)
     b.add_particle(wp.vec3(0.0, 0.0, 0.0), wp.vec3(0.0, 0.0, 0.0), mass=0.0, radius=0.02)
     return b.finalize(device=device), f
 

@@ -28,14 +28,17 @@ def bag_film_model(device=None) -> IPCModel:
 
 def flattened_bag(V: np.ndarray, squash: float = 0.02) -> np.ndarray:
     "The bag pressed flat along y (y → squash·y)."
-    X = np.array(V, dtype=np.float64); X[:, 1] *= squash
+    X = np.array(V, dtype=np.float64)
+    X[:, 1] *= squash
     return X
 
 def folded_bag(V: np.ndarray, squash: float = 0.02, fold_z: float | None = None, bend: float = 4e-4) -> np.ndarray:
-    "The flattened bag folded down over a mesh ring at height `fold_z` (default: the ring nearest mid-height): the crease ring is lifted to the fold's apex, rings above are mirrored."
+    """The flattened bag folded down over a mesh ring at height `fold_z` (default: the ring nearest mid-height): the
+    crease ring is lifted to the fold's apex, rings above are mirrored."""
     X = flattened_bag(V, squash)
     if fold_z is None:                                     # ring heights: the distinct z values of the mesh
-        zs = np.unique(np.round(X[:, 2], 6)); mid = 0.5 * (zs.min() + zs.max())
+        zs = np.unique(np.round(X[:, 2], 6))
+        mid = 0.5 * (zs.min() + zs.max())
         fold_z = float(zs[np.argmin(np.abs(zs - mid))])
     ya = np.abs(X[:, 1]).max() + bend                      # the fold's axis, `bend` beyond the outermost layer
     crease = np.abs(X[:, 2] - fold_z) < 1e-6
@@ -49,22 +52,28 @@ def folded_bag(V: np.ndarray, squash: float = 0.02, fold_z: float | None = None,
 def crumpled_bag(V: np.ndarray, seed: int = 0, amplitude: float = 6e-3, squash: float = 0.02) -> np.ndarray:
     "The flattened bag squeezed to half height and displaced by a random smooth field."
     rng = np.random.default_rng(seed)
-    X = flattened_bag(V, squash); X[:, 2] *= 0.5
+    X = flattened_bag(V, squash)
+    X[:, 2] *= 0.5
     for _ in range(6):
-        k = rng.standard_normal(3); k *= 2 * np.pi / (rng.uniform(0.02, 0.06) * np.linalg.norm(k))
+        k = rng.standard_normal(3)
+        k *= 2 * np.pi / (rng.uniform(0.02, 0.06) * np.linalg.norm(k))
         X += amplitude / 6 * rng.standard_normal(3) * np.sin(V @ k + rng.uniform(0, 2 * np.pi))[:, None]
     return X
 
 # %% ../../nbs/20_test_scenes.ipynb #daa4d8ce
 def barrier_test_scene(seed: int = 0) -> tuple[np.ndarray, ContactSet]:
-    "Positions (11, 3) and one candidate of each kind (VT, EE, SF, SS) with gaps inside (0, 1 mm), for derivative checks."
+    """Positions (11, 3) and one candidate of each kind (VT, EE, SF, SS) with gaps inside (0, 1 mm), for derivative
+    checks."""
     rng = np.random.default_rng(seed)
     tri = np.array([[0, 0, 0], [0.01, 0, 0], [0, 0.01, 0]]) + 1e-3 * rng.standard_normal((3, 3))
-    n = np.cross(tri[1] - tri[0], tri[2] - tri[0]); n /= np.linalg.norm(n)
+    n = np.cross(tri[1] - tri[0], tri[2] - tri[0])
+    n /= np.linalg.norm(n)
     p = tri.mean(0) + (3e-5 + rng.uniform(2e-4, 6e-4)) * n                          # vertex above the face
-    a = np.array([[0.0, 0.0, 0.05], [0.01, 0.002, 0.05]]); b = a[0] + [0.005, -0.004, 0.0] + [0, 0, 3e-5 + rng.uniform(2e-4, 6e-4)]
+    a = np.array([[0.0, 0.0, 0.05], [0.01, 0.002, 0.05]])
+    b = a[0] + [0.005, -0.004, 0.0] + [0, 0, 3e-5 + rng.uniform(2e-4, 6e-4)]
     b = np.stack([b, b + [-0.001, 0.009, 0.0002]])                                 # an edge crossing above edge a
-    R = 0.012; sc = tri.mean(0) - (R + 1.5e-5 + rng.uniform(2e-4, 6e-4)) * n        # sphere centre below the face
+    R = 0.012
+    sc = tri.mean(0) - (R + 1.5e-5 + rng.uniform(2e-4, 6e-4)) * n  # sphere centre below the face
     s2 = sc + (2 * R + rng.uniform(2e-4, 6e-4)) * np.array([0.6, 0.8, 0.0])          # a second sphere beside it
     x = np.concatenate([[p], tri, a, b, [sc], [s2], [[0.1, 0.1, 0.1]]])            # 11 particles (the last unused)
     pairs = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 1, 2, 3], [8, 9, 9, 9]]
@@ -74,7 +83,8 @@ def barrier_test_scene(seed: int = 0) -> tuple[np.ndarray, ContactSet]:
 def through_face_scene(min_gap: float = 3e-5, height: float = 1.025e-3, drop: float = 2e-3):
     "A vertex `height` above a triangle pushed `drop` straight down through it: `(x (4, 3), dx (4, 3), ContactSet)`."
     x = np.array([[0.0, 0.0, height], [-0.01, -0.01, 0.0], [0.01, -0.01, 0.0], [0.0, 0.01, 0.0]])
-    dx = np.zeros_like(x); dx[0, 2] = -drop
+    dx = np.zeros_like(x)
+    dx[0, 2] = -drop
     return x, dx, ContactSet.from_numpy([[0, 1, 2, 3]], [KIND_VT], [min_gap], device="cpu")
 
 # %% ../../nbs/20_test_scenes.ipynb #513a74f0
@@ -95,15 +105,18 @@ def bag_wall_patch(k: int) -> tuple[np.ndarray, np.ndarray]:
 
 # %% ../../nbs/20_test_scenes.ipynb #0f76b9f8
 def random_soup(rng, n_tri: int | None = None, size: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    "n_tri random triangles of size ~`size` in the unit cube (random when None: about half the soups intersect), no shared vertices."
+    """n_tri random triangles of size ~`size` in the unit cube (random when None: about half the soups intersect), no
+    shared vertices."""
     n_tri = int(rng.integers(3, 25)) if n_tri is None else n_tri
     size = float(rng.uniform(0.03, 0.2)) if size is None else size
-    c = rng.uniform(0, 1, (n_tri, 1, 3)); V = (c + size * rng.standard_normal((n_tri, 3, 3))).reshape(-1, 3)
+    c = rng.uniform(0, 1, (n_tri, 1, 3))
+    V = (c + size * rng.standard_normal((n_tri, 3, 3))).reshape(-1, 3)
     return V, np.arange(3 * n_tri, dtype=np.int32).reshape(-1, 3)
 
 def grid_sheet(n: int = 8) -> tuple[np.ndarray, np.ndarray]:
     "A flat n×n-quad sheet on [0, 1]², alternating diagonals."
-    u = np.linspace(0, 1, n + 1); X, Y = np.meshgrid(u, u, indexing="ij")
+    u = np.linspace(0, 1, n + 1)
+    X, Y = np.meshgrid(u, u, indexing="ij")
     V = np.stack([X.ravel(), Y.ravel(), np.zeros(X.size)], 1)
     F = []
     for i in range(n):
@@ -113,26 +126,38 @@ def grid_sheet(n: int = 8) -> tuple[np.ndarray, np.ndarray]:
     return V, np.asarray(F, dtype=np.int32)
 
 def folded_sheet(rng, n: int = 8) -> tuple[np.ndarray, np.ndarray]:
-    "A grid sheet folded about a random line by an angle near 180° with a random lift, so it may or may not pass through itself."
+    """A grid sheet folded about a random line by an angle near 180° with a random lift, so it may or may not pass
+    through itself."""
     V, F = grid_sheet(n)
-    c = rng.uniform(0.3, 0.7); ang = np.pi * rng.uniform(0.85, 1.05); lift = rng.uniform(-0.05, 0.08)
-    X = V.copy(); m = X[:, 0] > c
+    c = rng.uniform(0.3, 0.7)
+    ang = np.pi * rng.uniform(0.85, 1.05)
+    lift = rng.uniform(-0.05, 0.08)
+    X = V.copy()
+    m = X[:, 0] > c
     dx = X[m, 0] - c
-    X[m, 0] = c + dx * np.cos(ang); X[m, 2] = dx * np.sin(ang) + lift * dx
+    X[m, 0] = c + dx * np.cos(ang)
+    X[m, 2] = dx * np.sin(ang) + lift * dx
     X += 0.01 * rng.standard_normal(X.shape)                        # a little crumple
-    t = rng.uniform(0, 2 * np.pi); R = np.array([[np.cos(t), -np.sin(t), 0], [np.sin(t), np.cos(t), 0], [0, 0, 1]])
+    t = rng.uniform(0, 2 * np.pi)
+    R = np.array([[np.cos(t), -np.sin(t), 0], [np.sin(t), np.cos(t), 0], [0, 0, 1]])
     return X @ R.T, F
 
 def crumpled_sheet(rng, n: int = 8, size: float = 0.07) -> tuple[np.ndarray, np.ndarray]:
-    "An n×n-vertex grid sheet (`size` m wide), waved 1–20 mm plus 1 mm noise, then x scaled by cos(z·U(0, 200)): crumpled, often through itself."
-    V, F = grid_sheet(n - 1); V = V * size
-    a = rng.uniform(0, 2 * np.pi); s = V[:, 0] * np.cos(a) + V[:, 1] * np.sin(a)
-    z = np.sin(s / (rng.uniform(0.2, 1.0) * size) * np.pi) * rng.uniform(1e-3, 20e-3) + 1e-3 * rng.standard_normal(len(V))
-    V[:, 2] = z; V[:, 0] *= np.cos(z * rng.uniform(0, 200))
+    """An n×n-vertex grid sheet (`size` m wide), waved 1–20 mm plus 1 mm noise, then x scaled by cos(z·U(0, 200)):
+    crumpled, often through itself."""
+    V, F = grid_sheet(n - 1)
+    V = V * size
+    a = rng.uniform(0, 2 * np.pi)
+    s = V[:, 0] * np.cos(a) + V[:, 1] * np.sin(a)
+    z = np.sin(s /
+               (rng.uniform(0.2, 1.0) * size) * np.pi) * rng.uniform(1e-3, 20e-3) + 1e-3 * rng.standard_normal(len(V))
+    V[:, 2] = z
+    V[:, 0] *= np.cos(z * rng.uniform(0, 200))
     return V, F
 
 def flat_crumpled_sheet(rng, n: int = 8, tilted: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    "An n×n-vertex grid sheet crumpled within its plane (z = 0, or exactly z = x when `tilted`): neighbours fold over each other coplanar."
+    """An n×n-vertex grid sheet crumpled within its plane (z = 0, or exactly z = x when `tilted`): neighbours fold over
+    each other coplanar."""
     V, F = grid_sheet(n - 1)
     V[:, 0] *= np.cos(rng.uniform(0, 2 * np.pi) + rng.uniform(0, 3) * V[:, 1])
     V[:, :2] += rng.uniform(0, 0.02) * rng.standard_normal((len(V), 2))
@@ -141,17 +166,20 @@ def flat_crumpled_sheet(rng, n: int = 8, tilted: bool = False) -> tuple[np.ndarr
 
 # %% ../../nbs/20_test_scenes.ipynb #38fe9dfa
 def bag_step_states(seed: int = 0, push: float = 1.2e-3, noise: float = 2e-4, fold_ring: int = 8):
-    "A folded bag state `x (481, 3)` (flattened, folded over mesh ring `fold_ring`), a direction `dx` squeezing its layers together (plus noise), faces."
+    """A folded bag state `x (481, 3)` (flattened, folded over mesh ring `fold_ring`), a direction `dx` squeezing its
+    layers together (plus noise), faces."""
     V, F = bag_mesh()
     x = folded_bag(V, fold_z=float(V[ring_vertices(fold_ring)[0], 2]))
     rng = np.random.default_rng(seed)
-    dx = np.zeros_like(x); dx[:, 1] = -push * np.sign(x[:, 1]) * rng.uniform(0.2, 1.0, len(x))
+    dx = np.zeros_like(x)
+    dx[:, 1] = -push * np.sign(x[:, 1]) * rng.uniform(0.2, 1.0, len(x))
     dx += noise * rng.standard_normal(x.shape)
     return x, dx, F
 
 # %% ../../nbs/20_test_scenes.ipynb #439619f5
 def random_triangles(n: int, seed: int = 0, strain: float = 0.4):
-    "Random rest triangles (n, 3, 3) ~1 cm and deformed copies: in-plane stretch/compression/shear by up to `strain`, a rotation and a 1 mm wiggle."
+    """Random rest triangles (n, 3, 3) ~1 cm and deformed copies: in-plane stretch/compression/shear by up to `strain`,
+    a rotation and a 1 mm wiggle."""
     rng = np.random.default_rng(seed)
     X0 = rng.normal(size=(n, 3, 3)) * 0.01
     c = X0.mean(1, keepdims=True)

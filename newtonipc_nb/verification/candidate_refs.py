@@ -16,48 +16,63 @@ from ..inputs import IPCModel
 __all__ = ['brute_force_contacts', 'swept_check']
 
 # %% ../../nbs/32_candidate_references.ipynb #039a31f4
-def brute_force_contacts(model: IPCModel, x: np.ndarray, *, dhat: float = 1e-3, min_gap: float = 3e-5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    "Every pair with an active barrier (g ≤ dhat) at positions `x` (n, 3), by exhaustive enumeration: `(pairs, kind, gap)`."
+def brute_force_contacts(model: IPCModel, x: np.ndarray, *, dhat: float = 1e-3,
+                         min_gap: float = 3e-5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair with an active barrier (g ≤ dhat) at positions `x` (n, 3), by exhaustive enumeration: `(pairs, kind,
+    gap)`."""
     x = np.asarray(x, dtype=np.float64)
     tri, edge = model.tri.numpy().reshape(-1, 3), model.edge.numpy().reshape(-1, 2)
     fixed, radius, sphere = model.fixed.numpy().astype(bool), model.radius.numpy(), model.sphere.numpy()
     out_p, out_k, out_g = [], [], []
     def near(alo, ahi, blo, bhi, reach):   # boxes within `reach` on every axis, all pairs (len(a), len(b))
-        return np.all((alo[:, None] - reach[:, None, None] <= bhi[None]) & (blo[None] <= ahi[:, None] + reach[:, None, None]), axis=2)
+        return np.all(
+            (alo[:, None] - reach[:, None, None] <= bhi[None]) & (blo[None] <= ahi[:, None] + reach[:, None, None]),
+            axis=2)
     tlo, thi = x[tri].min(1), x[tri].max(1)
     elo, ehi = x[edge].min(1), x[edge].max(1)
     def keep(pairs, kind, offset, fn):
         if not len(pairs): return
-        d, _ = fn(x[pairs]); g = d - offset
+        d, _ = fn(x[pairs])
+        g = d - offset
         m = g <= dhat
-        out_p.append(pairs[m]); out_k.append(np.full(m.sum(), kind, np.int32)); out_g.append(g[m])
+        out_p.append(pairs[m])
+        out_k.append(np.full(m.sum(), kind, np.int32))
+        out_g.append(g[m])
     # vertex–triangle
     verts = np.unique(tri)
     if len(verts) and len(tri):
         vi, ti = np.nonzero(near(x[verts], x[verts], tlo, thi, np.full(len(verts), dhat + min_gap)))
         v, t = verts[vi], tri[ti]
         ok = (v != t[:, 0]) & (v != t[:, 1]) & (v != t[:, 2]) & ~(fixed[v] & fixed[t].all(1))
-        keep(np.concatenate([v[ok, None], t[ok]], 1).astype(np.int32), KIND_VT, np.full(ok.sum(), min_gap), vertex_face_distance)
+        keep(
+            np.concatenate([v[ok, None], t[ok]], 1).astype(np.int32), KIND_VT, np.full(ok.sum(), min_gap),
+            vertex_face_distance)
     # edge–edge, each pair once
     if len(edge) > 1:
         ei, ej = np.nonzero(near(elo, ehi, elo, ehi, np.full(len(edge), dhat + min_gap)))
         a, b = edge[ei], edge[ej]
         ok = (ei < ej) & (a[:, :1] != b).all(1) & (a[:, 1:] != b).all(1) & ~(fixed[a].all(1) & fixed[b].all(1))
-        keep(np.concatenate([a[ok], b[ok]], 1).astype(np.int32), KIND_EE, np.full(ok.sum(), min_gap), edge_edge_distance)
+        keep(
+            np.concatenate([a[ok], b[ok]], 1).astype(np.int32), KIND_EE, np.full(ok.sum(), min_gap), edge_edge_distance)
     # sphere centre–face
     if len(sphere) and len(tri):
         R = radius[sphere]
         si, ti = np.nonzero(near(x[sphere], x[sphere], tlo, thi, R + dhat + min_gap))
         s, t = sphere[si], tri[ti]
         ok = ~(fixed[s] & fixed[t].all(1))
-        keep(np.concatenate([s[ok, None], t[ok]], 1).astype(np.int32), KIND_SF, radius[s[ok]] + 0.5 * min_gap, vertex_face_distance)
+        keep(
+            np.concatenate([s[ok, None], t[ok]], 1).astype(np.int32), KIND_SF, radius[s[ok]] + 0.5 * min_gap,
+            vertex_face_distance)
     # sphere–sphere
     if len(sphere) > 1:
-        i, j = np.triu_indices(len(sphere), 1); si, sj = sphere[i], sphere[j]
+        i, j = np.triu_indices(len(sphere), 1)
+        si, sj = sphere[i], sphere[j]
         ok = ~(fixed[si] & fixed[sj])
         g = np.linalg.norm(x[si] - x[sj], axis=1) - radius[si] - radius[sj]
         m = ok & (g <= dhat)
-        out_p.append(np.stack([si, sj, sj, sj], 1)[m].astype(np.int32)); out_k.append(np.full(m.sum(), KIND_SS, np.int32)); out_g.append(g[m])
+        out_p.append(np.stack([si, sj, sj, sj], 1)[m].astype(np.int32))
+        out_k.append(np.full(m.sum(), KIND_SS, np.int32))
+        out_g.append(g[m])
     if not out_p: return np.zeros((0, 4), np.int32), np.zeros(0, np.int32), np.zeros(0)
     return np.concatenate(out_p), np.concatenate(out_k), np.concatenate(out_g)
 
@@ -67,7 +82,8 @@ def swept_check(model: IPCModel, x0: np.ndarray, x1: np.ndarray, *, samples: int
     "Candidates of the motion x0 → x1 against brute force at `samples` instants: counts and the number missed."
     search = CandidateSearch(model, dhat=dhat, min_gap=min_gap, skin=skin, device=device)
     d = search.device
-    cs = search.update(wp.array(np.asarray(x0, np.float64), dtype=wp.vec3d, device=d), wp.array(np.asarray(x1, np.float64), dtype=wp.vec3d, device=d))
+    cs = search.update(wp.array(np.asarray(x0, np.float64), dtype=wp.vec3d, device=d),
+                       wp.array(np.asarray(x1, np.float64), dtype=wp.vec3d, device=d))
     have = contact_keys(*cs.numpy()[:2])
     active = set()
     for tau in np.linspace(0.0, 1.0, samples):

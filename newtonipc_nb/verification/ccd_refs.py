@@ -26,7 +26,8 @@ __all__ = ['CCD_QUERY_KINDS', 'ccd_queries_dir', 'QueryBatch', 'read_query_file'
 CCD_QUERY_KINDS = ("vertex-face", "edge-edge")
 
 def ccd_queries_dir() -> Path | None:
-    "The sample-query folder: `$NEWTONIPC_CCD_QUERIES`, else the repository's `nbs/data/ccd-sample-queries`; None if absent."
+    """The sample-query folder: `$NEWTONIPC_CCD_QUERIES`, else the repository's `nbs/data/ccd-sample-queries`; None if
+    absent."""
     import newtonipc_nb
     env = os.environ.get("NEWTONIPC_CCD_QUERIES")
     repo = Path(newtonipc_nb.__file__).resolve().parents[1]          # the repository root of an editable install
@@ -36,7 +37,8 @@ def ccd_queries_dir() -> Path | None:
 # %% ../../nbs/33_ccd_references.ipynb #e80e4567
 @dataclass
 class QueryBatch:
-    "One CSV of sample queries: `x0`, `x1` (n, 4, 3) float64 start/end rows, `truth` (n,) bool, and whether the doubles are exact."
+    """One CSV of sample queries: `x0`, `x1` (n, 4, 3) float64 start/end rows, `truth` (n,) bool, and whether the
+    doubles are exact."""
     scene: str
     kind: str
     file: str
@@ -56,22 +58,28 @@ def read_query_file(path, scene: str = "", kind: str = "", limit: int | None = N
     if any(len(r) != 7 for r in rows): raise ValueError(f"{path}: every row needs 7 integer columns")
     ints = [[int(v) for v in r] for r in rows]
     xyz = np.array([[r[0] / r[1], r[2] / r[3], r[4] / r[5]] for r in ints], dtype=np.float64).reshape(-1, 8, 3)
-    exact = all(Fraction(r[2 * k], r[2 * k + 1]) == Fraction(xyz.reshape(-1, 3)[i, k]) for i, r in enumerate(ints) for k in range(3))
+    exact = all(
+        Fraction(r[2 * k], r[2 * k + 1]) == Fraction(xyz.reshape(-1, 3)[i, k]) for i, r in enumerate(ints)
+        for k in range(3))
     truth = np.array([r[6] for r in ints], dtype=np.int64).reshape(-1, 8)
     if not (truth == truth[:, :1]).all(): raise ValueError(f"{path}: ground-truth flag differs within a query")
     return QueryBatch(scene, kind, path.name, xyz[:, :4].copy(), xyz[:, 4:].copy(), truth[:, 0].astype(bool), exact)
 
 # %% ../../nbs/33_ccd_references.ipynb #11ae26b9
-def load_ccd_queries(root=None, *, kinds=CCD_QUERY_KINDS, scenes=None, limit_per_file: int | None = None) -> list[QueryBatch]:
-    "All sample-query files under `root` (default `ccd_queries_dir()`), one `QueryBatch` per CSV, sorted by scene, kind and file."
+def load_ccd_queries(root=None, *, kinds=CCD_QUERY_KINDS, scenes=None,
+                     limit_per_file: int | None = None) -> list[QueryBatch]:
+    """All sample-query files under `root` (default `ccd_queries_dir()`), one `QueryBatch` per CSV, sorted by scene,
+    kind and file."""
     root = Path(root) if root is not None else ccd_queries_dir()
     if root is None or not Path(root).is_dir():
-        raise FileNotFoundError("CCD sample queries not found: expected nbs/data/ccd-sample-queries in the repository (an editable install) or $NEWTONIPC_CCD_QUERIES")
+        raise FileNotFoundError("CCD sample queries not found: expected nbs/data/ccd-sample-queries in the "
+                                "repository (an editable install) or $NEWTONIPC_CCD_QUERIES")
     out = []
     for scene_dir in sorted(p for p in Path(root).iterdir() if p.is_dir()):
         if scenes is not None and scene_dir.name not in scenes: continue
         for kind in kinds:
-            if kind not in CCD_QUERY_KINDS: raise ValueError(f"query kind must be one of {CCD_QUERY_KINDS}, got {kind!r}")
+            if kind not in CCD_QUERY_KINDS: raise ValueError(f"query kind must be one of {CCD_QUERY_KINDS}, got "
+                                                             f"{kind!r}")
             for f in sorted((scene_dir / kind).glob("*.csv")):
                 out.append(read_query_file(f, scene_dir.name, kind, limit_per_file))
     return out
@@ -90,31 +98,46 @@ def _ipctk_batch(batch: QueryBatch, min_gap: float, eta: float, max_iter: int) -
     return out
 
 def _normal_batch(batch: QueryBatch, min_gap: float, device=None) -> np.ndarray:
-    "The reference implementation's normal bound on one batch: (n,) bool 'g/approach ≤ 1' (a contact predicted within the step)."
+    """The reference implementation's normal bound on one batch: (n,) bool 'g/approach ≤ 1' (a contact predicted within
+    the step)."""
     n = len(batch)
     kind = KIND_VT if batch.kind == "vertex-face" else KIND_EE
-    cs = ContactSet.from_numpy(np.arange(4 * n).reshape(n, 4), np.full(n, kind), np.full(n, min_gap), device=device or "cpu")
-    m = candidate_step_bounds(cs, batch.x0.reshape(-1, 3), (batch.x1 - batch.x0).reshape(-1, 3), method="normal", device=device)
+    cs = ContactSet.from_numpy(
+        np.arange(4 * n).reshape(n, 4), np.full(n, kind), np.full(n, min_gap), device=device or "cpu")
+    m = candidate_step_bounds(cs, batch.x0.reshape(-1, 3), (batch.x1 - batch.x0).reshape(-1, 3), method="normal",
+                              device=device)
     return m <= 1.0
 
 def ccd_query_report(batches, *, min_gap: float = 0.0, eta: float = ACCD_ETA, max_iter: int = ACCD_MAX_ITER,
                      with_ipctk: bool = True, device=None) -> pd.DataFrame:
-    "Per scene and kind: queries, collisions, false negatives, false-positive rate and µs/query of our ACCD, the reference implementation's normal bound, and ipctk's AdditiveCCD."
+    """Per scene and kind: queries, collisions, false negatives, false-positive rate and µs/query of our ACCD, the
+    reference implementation's normal bound, and ipctk's AdditiveCCD."""
     acc = {}
     for b in batches:
         fn = vertex_face_toi if b.kind == "vertex-face" else edge_edge_toi
         fn(b.x0[:1], b.x1[:1], min_gap, device, eta=eta, max_iter=max_iter)      # compile / warm
-        t = time.perf_counter(); toi = fn(b.x0, b.x1, min_gap, device, eta=eta, max_iter=max_iter); t_ours = time.perf_counter() - t
-        r = acc.setdefault((b.scene, b.kind), dict(n=0, collisions=0, ours_fn=0, ours_fp=0, ours_s=0.0, ipctk_fn=0, ipctk_fp=0, ipctk_s=0.0,
-                                                   normal_fn=0, normal_fp=0, exact=True))
+        t = time.perf_counter()
+        toi = fn(b.x0, b.x1, min_gap, device, eta=eta, max_iter=max_iter)
+        t_ours = time.perf_counter() - t
+        r = acc.setdefault((b.scene, b.kind),
+                           dict(n=0, collisions=0, ours_fn=0, ours_fp=0, ours_s=0.0, ipctk_fn=0, ipctk_fp=0,
+                                ipctk_s=0.0, normal_fn=0, normal_fp=0, exact=True))
         pos = toi < 1.0
         npos = _normal_batch(b, min_gap, device)
-        r["normal_fn"] += int(np.sum(b.truth & ~npos)); r["normal_fp"] += int(np.sum(~b.truth & npos))
-        r["n"] += len(b); r["collisions"] += int(b.truth.sum()); r["exact"] &= b.exact_in_fp64
-        r["ours_fn"] += int(np.sum(b.truth & ~pos)); r["ours_fp"] += int(np.sum(~b.truth & pos)); r["ours_s"] += t_ours
+        r["normal_fn"] += int(np.sum(b.truth & ~npos))
+        r["normal_fp"] += int(np.sum(~b.truth & npos))
+        r["n"] += len(b)
+        r["collisions"] += int(b.truth.sum())
+        r["exact"] &= b.exact_in_fp64
+        r["ours_fn"] += int(np.sum(b.truth & ~pos))
+        r["ours_fp"] += int(np.sum(~b.truth & pos))
+        r["ours_s"] += t_ours
         if with_ipctk:
-            t = time.perf_counter(); ip = _ipctk_batch(b, min_gap, eta, max_iter); r["ipctk_s"] += time.perf_counter() - t
-            r["ipctk_fn"] += int(np.sum(b.truth & ~ip)); r["ipctk_fp"] += int(np.sum(~b.truth & ip))
+            t = time.perf_counter()
+            ip = _ipctk_batch(b, min_gap, eta, max_iter)
+            r["ipctk_s"] += time.perf_counter() - t
+            r["ipctk_fn"] += int(np.sum(b.truth & ~ip))
+            r["ipctk_fp"] += int(np.sum(~b.truth & ip))
     rows = []
     for (scene, kind), r in acc.items():
         neg = max(r["n"] - r["collisions"], 1)
@@ -122,7 +145,8 @@ def ccd_query_report(batches, *, min_gap: float = 0.0, eta: float = ACCD_ETA, ma
                    ours_FN=r["ours_fn"], ours_FP_rate=r["ours_fp"] / neg, ours_us_per_query=1e6 * r["ours_s"] / r["n"],
                    normal_FN=r["normal_fn"], normal_FP_rate=r["normal_fp"] / neg)
         if with_ipctk:
-            row.update(ipctk_FN=r["ipctk_fn"], ipctk_FP_rate=r["ipctk_fp"] / neg, ipctk_us_per_query=1e6 * r["ipctk_s"] / r["n"])
+            row.update(ipctk_FN=r["ipctk_fn"], ipctk_FP_rate=r["ipctk_fp"] / neg,
+                       ipctk_us_per_query=1e6 * r["ipctk_s"] / r["n"])
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -130,6 +154,8 @@ def ccd_query_report(batches, *, min_gap: float = 0.0, eta: float = ACCD_ETA, ma
 def ipctk_step_bound(x, dx, F, min_gap: float = 3e-5, eta: float = ACCD_ETA, max_iter: int = ACCD_MAX_ITER) -> float:
     "ipc-toolkit's `compute_collision_free_stepsize` with `AdditiveCCD` for the move x → x + dx of a triangle mesh."
     import ipctk
-    F = np.asarray(F, dtype=np.int32); x = np.asarray(x, dtype=np.float64)
+    F = np.asarray(F, dtype=np.int32)
+    x = np.asarray(x, dtype=np.float64)
     mesh = ipctk.CollisionMesh(x, ipctk.edges(F), F)
-    return float(ipctk.compute_collision_free_stepsize(mesh, x, x + dx, min_gap, None, ipctk.AdditiveCCD(max_iter, eta)))
+    return float(ipctk.compute_collision_free_stepsize(mesh, x, x + dx, min_gap, None, ipctk.AdditiveCCD(max_iter,
+                                                                                                         eta)))

@@ -30,12 +30,15 @@ def sample_configurations(kind: int, case: str, n: int, seed: int = 0) -> np.nda
     if kind == KIND_VT:
         t0, t1 = x[:, 1], x[:, 2]
         if case == "sliver triangle":       # t2 almost on the line t0-t1 (relative offset 1e-9 .. 1e-3)
-            lam = rng.uniform(-0.5, 1.5, (n, 1)); eps = 10.0 ** rng.uniform(-9, -3, (n, 1))
+            lam = rng.uniform(-0.5, 1.5, (n, 1))
+            eps = 10.0**rng.uniform(-9, -3, (n, 1))
             x[:, 3] = t0 + lam * (t1 - t0) + eps * rng.standard_normal((n, 3))
         elif case == "near plane":          # p within 1e-12 .. 1e-4 of the triangle's plane, anywhere around it
-            u, v = rng.uniform(-0.5, 1.5, (2, n, 1)); nrm = np.cross(t1 - t0, x[:, 3] - t0)
+            u, v = rng.uniform(-0.5, 1.5, (2, n, 1))
+            nrm = np.cross(t1 - t0, x[:, 3] - t0)
             nrm /= np.linalg.norm(nrm, axis=1, keepdims=True)
-            x[:, 0] = t0 + u * (t1 - t0) + v * (x[:, 3] - t0) + 10.0 ** rng.uniform(-12, -4, (n, 1)) * np.sign(rng.standard_normal((n, 1))) * nrm
+            x[:, 0] = t0 + u * (t1 - t0) + v * (x[:, 3] - t0) + 10.0**rng.uniform(-12, -4, (n, 1)) * np.sign(
+                rng.standard_normal((n, 1))) * nrm
         elif case == "near edge line":      # p close to the line through t0-t1 (the edge/vertex region borders)
             lam = rng.uniform(-0.5, 1.5, (n, 1))
             x[:, 0] = t0 + lam * (t1 - t0) + 10.0 ** rng.uniform(-10, -3, (n, 1)) * rng.standard_normal((n, 3))
@@ -44,16 +47,21 @@ def sample_configurations(kind: int, case: str, n: int, seed: int = 0) -> np.nda
     if kind == KIND_EE:
         a0, a1 = x[:, 0], x[:, 1]
         if case == "parallel":              # b exactly parallel to a (b1 − b0 = α (a1 − a0))
-            alpha = rng.uniform(-2, 2, (n, 1)); x[:, 3] = x[:, 2] + alpha * (a1 - a0)
+            alpha = rng.uniform(-2, 2, (n, 1))
+            x[:, 3] = x[:, 2] + alpha * (a1 - a0)
         elif case == "nearly parallel":     # direction perturbed by 1e-12 .. 1e-4
             alpha = rng.uniform(-2, 2, (n, 1))
             x[:, 3] = x[:, 2] + alpha * (a1 - a0) + 10.0 ** rng.uniform(-12, -4, (n, 1)) * rng.standard_normal((n, 3))
         elif case == "nearly touching":     # b passes within 1e-12 .. 1e-4 of a point of a
-            s = rng.uniform(-0.2, 1.2, (n, 1)); pa = a0 + s * (a1 - a0)
-            dirb = rng.standard_normal((n, 3)); t = rng.uniform(-0.2, 1.2, (n, 1))
-            off = np.cross(a1 - a0, dirb); off /= np.linalg.norm(off, axis=1, keepdims=True)
+            s = rng.uniform(-0.2, 1.2, (n, 1))
+            pa = a0 + s * (a1 - a0)
+            dirb = rng.standard_normal((n, 3))
+            t = rng.uniform(-0.2, 1.2, (n, 1))
+            off = np.cross(a1 - a0, dirb)
+            off /= np.linalg.norm(off, axis=1, keepdims=True)
             pb = pa + 10.0 ** rng.uniform(-12, -4, (n, 1)) * off
-            x[:, 2] = pb - t * dirb; x[:, 3] = pb + (1 - t) * dirb
+            x[:, 2] = pb - t * dirb
+            x[:, 3] = pb + (1 - t) * dirb
         else: raise ValueError(f"unknown edge–edge case {case!r}; expected one of {EE_CASES}")
         return x
     raise ValueError(f"kind must be KIND_VT ({KIND_VT}) or KIND_EE ({KIND_EE}), got {kind}")
@@ -71,7 +79,8 @@ def ipctk_agreement(n: int = 5000, seed: int = 0) -> pd.DataFrame:
     for kind, cases, fn in ((KIND_VT, VT_CASES, vertex_face_distance), (KIND_EE, EE_CASES, edge_edge_distance)):
         for j, case in enumerate(cases):
             x = sample_configurations(kind, case, n, seed + j)
-            d, w = fn(x); ref = ipctk_distances(kind, x)
+            d, w = fn(x)
+            ref = ipctk_distances(kind, x)
             rows.append(dict(kind=KIND_NAMES[kind], case=case, n=n, max_abs_diff_m=float(np.abs(d - ref).max()),
                              max_weight_sum=float(np.abs(w.sum(1)).max()), median_distance_m=float(np.median(d))))
     return pd.DataFrame(rows)
@@ -89,7 +98,12 @@ def exact_edge_edge_distance(c: np.ndarray) -> float:
         ee = dot(e, e)
         return Fraction(0) if ee == 0 else min(max(dot(sub(p, a), e) / ee, Fraction(0)), Fraction(1))
     d2 = lambda p, q: dot(sub(p, q), sub(p, q))
-    cands = [d2(a0, pb(seg(a0, b0, v))), d2(a1, pb(seg(a1, b0, v))), d2(pa(seg(b0, a0, u)), b0), d2(pa(seg(b1, a0, u)), b1)]
+    cands = [
+        d2(a0, pb(seg(a0, b0, v))),
+        d2(a1, pb(seg(a1, b0, v))),
+        d2(pa(seg(b0, a0, u)), b0),
+        d2(pa(seg(b1, a0, u)), b1)
+    ]
     uu, uv, vv, uw, vw = dot(u, u), dot(u, v), dot(v, v), dot(u, w), dot(v, w)
     det = uu * vv - uv * uv
     if det != 0:
@@ -102,7 +116,8 @@ def film_obstacle_distance(x: np.ndarray, film_faces: np.ndarray, obs_faces: np.
     "Smallest vertex–triangle and edge–edge distance between film and obstacle (both ways), by brute force."
     edges = lambda f: np.unique(np.sort(np.concatenate([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]]), axis=1), axis=0)
     fv, ov = np.unique(film_faces), np.unique(obs_faces)
-    q = [np.concatenate([x[[v]], x[t]]) for v in fv for t in obs_faces] + [np.concatenate([x[[v]], x[t]]) for v in ov for t in film_faces]
+    q = [np.concatenate([x[[v]], x[t]]) for v in fv
+         for t in obs_faces] + [np.concatenate([x[[v]], x[t]]) for v in ov for t in film_faces]
     d_vt, _ = vertex_face_distance(np.asarray(q))
     q = [np.concatenate([x[e], x[g]]) for e in edges(film_faces) for g in edges(obs_faces)]
     d_ee, _ = edge_edge_distance(np.asarray(q))

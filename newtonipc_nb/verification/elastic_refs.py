@@ -22,9 +22,13 @@ __all__ = ['central_gradient', 'torch_membrane_energy', 'torch_hinge_energy', 't
 # %% ../../nbs/30_elastic_references.ipynb #5a4eb1e3
 def central_gradient(f, X: np.ndarray, h: float) -> np.ndarray:
     "Central-difference gradient of the scalar function `f` at `X`."
-    g = np.zeros_like(X); Xf = X.reshape(-1); gf = g.reshape(-1)
+    g = np.zeros_like(X)
+    Xf = X.reshape(-1)
+    gf = g.reshape(-1)
     for i in range(Xf.size):
-        xp, xm = Xf.copy(), Xf.copy(); xp[i] += h; xm[i] -= h
+        xp, xm = Xf.copy(), Xf.copy()
+        xp[i] += h
+        xm[i] -= h
         gf[i] = (f(xp.reshape(X.shape)) - f(xm.reshape(X.shape))) / (2 * h)
     return g
 
@@ -45,8 +49,10 @@ def torch_membrane_energy(X, B, area, mu, lam, model: str = "neohookean"):
 def torch_hinge_energy(X, theta0, k):
     "Per-hinge ½ kθ wrap(θ − θ0)² in torch, X (n, 4, 3) in (a, b, c, d) order."
     a, b, c, d = X.unbind(1)
-    n1 = torch.linalg.cross(c - a, d - a); n2 = torch.linalg.cross(d - b, c - b)
-    n1 = n1 / n1.norm(dim=1, keepdim=True); n2 = n2 / n2.norm(dim=1, keepdim=True)
+    n1 = torch.linalg.cross(c - a, d - a)
+    n2 = torch.linalg.cross(d - b, c - b)
+    n1 = n1 / n1.norm(dim=1, keepdim=True)
+    n2 = n2 / n2.norm(dim=1, keepdim=True)
     e = (d - c) / (d - c).norm(dim=1, keepdim=True)
     theta = torch.atan2((torch.linalg.cross(n1, n2) * e).sum(1), (n1 * n2).sum(1))
     r = theta - theta0
@@ -78,23 +84,37 @@ def torch_agreement(n: int = 500, seed: int = 0, device=None) -> "pd.DataFrame":
     mu, lam = BAG_FILM.mu, BAG_FILM.lam
     for model in ("stvk", "neohookean"):
         e, g, _ = membrane_derivatives(X, B, area, mu, lam, model, device=device)
-        Xt = T(X); et = torch_membrane_energy(Xt, torch.tensor(B), torch.tensor(area), mu, lam, model)
+        Xt = T(X)
+        et = torch_membrane_energy(Xt, torch.tensor(B), torch.tensor(area), mu, lam, model)
         gt, = torch.autograd.grad(et.sum(), Xt)
-        rows.append((f"membrane {model}", n, np.max(np.abs(e - et.detach().numpy()) / np.abs(et.detach().numpy())), _rel(g, gt.numpy(), 0).max()))
+        rows.append((f"membrane {model}", n, np.max(np.abs(e - et.detach().numpy()) / np.abs(et.detach().numpy())),
+                     _rel(g, gt.numpy(), 0).max()))
     Xh = rng.normal(size=(n, 4, 3)) * 0.01
     th0, kh = rng.uniform(-np.pi, np.pi, n), rng.uniform(1e-6, 1e-4, n)
     e, _, g, _ = hinge_derivatives(Xh, th0, kh, device=device)
-    Xt = T(Xh); et = torch_hinge_energy(Xt, torch.tensor(th0), torch.tensor(kh)); gt, = torch.autograd.grad(et.sum(), Xt)
-    rows.append(("hinge", n, np.max(np.abs(e - et.detach().numpy()) / np.abs(et.detach().numpy())), _rel(g, gt.numpy(), 0).max()))
+    Xt = T(Xh)
+    et = torch_hinge_energy(Xt, torch.tensor(th0), torch.tensor(kh))
+    gt, = torch.autograd.grad(et.sum(), Xt)
+    rows.append(
+        ("hinge", n, np.max(np.abs(e - et.detach().numpy()) / np.abs(et.detach().numpy())), _rel(g, gt.numpy(),
+                                                                                                 0).max()))
     x = rng.normal(size=(40, 3)) * 0.05
     sidx, stgt, sk = rng.integers(0, 40, 25), rng.normal(size=(25, 3)) * 0.05, rng.uniform(1.0, 100.0, 25)
-    sup = SupportTerm(device=device); sup.set(sidx, stgt, sk)
-    pairs = np.stack([rng.permutation(40)[:30], rng.permutation(40)[:30]], 1); pairs = pairs[pairs[:, 0] != pairs[:, 1]]
-    d0 = np.linalg.norm(x[pairs[:, 0]] - x[pairs[:, 1]], axis=1); rest = d0 * rng.uniform(0.5, 1.5, len(pairs))
-    tie = TieTerm(device=device); tie.set(pairs, rest)
-    for name, term, ref in (("support", sup, lambda xt: torch_support_energy(xt, torch.tensor(sidx), torch.tensor(stgt), torch.tensor(sk))),
-                            ("tie", tie, lambda xt: torch_tie_energy(xt, torch.tensor(pairs).long(), torch.tensor(rest), 250.0))):
+    sup = SupportTerm(device=device)
+    sup.set(sidx, stgt, sk)
+    pairs = np.stack([rng.permutation(40)[:30], rng.permutation(40)[:30]], 1)
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    d0 = np.linalg.norm(x[pairs[:, 0]] - x[pairs[:, 1]], axis=1)
+    rest = d0 * rng.uniform(0.5, 1.5, len(pairs))
+    tie = TieTerm(device=device)
+    tie.set(pairs, rest)
+    for name, term, ref in (
+        ("support", sup, lambda xt: torch_support_energy(xt, torch.tensor(sidx), torch.tensor(stgt), torch.tensor(sk))),
+        ("tie", tie, lambda xt: torch_tie_energy(xt,
+                                                 torch.tensor(pairs).long(), torch.tensor(rest), 250.0))):
         e, g, _ = term_derivatives(term, x, device=device)
-        xt = T(x); et = ref(xt).sum(); gt, = torch.autograd.grad(et, xt)
+        xt = T(x)
+        et = ref(xt).sum()
+        gt, = torch.autograd.grad(et, xt)
         rows.append((name, term.count, abs(e - et.item()) / abs(et.item()), _rel(g, gt.numpy())))
     return pd.DataFrame(rows, columns=["term", "elements", "energy_rel_diff", "gradient_rel_diff"])

@@ -12,7 +12,8 @@ __all__ = ['pair_intersects_reference', 'box_overlap_pairs', 'reference_intersec
 
 # %% ../../nbs/34_intersection_references.ipynb #0aa9321a
 def _hclip(S, n, c):
-    "The part of the convex polygon S (a cyclic list of homogeneous integer points (x, y, z, w), w > 0) where n·x ≤ c (Sutherland–Hodgman)."
+    """The part of the convex polygon S (a cyclic list of homogeneous integer points (x, y, z, w), w > 0) where n·x ≤ c
+    (Sutherland–Hodgman)."""
     out = []
     for k, a in enumerate(S):
         b = S[(k + 1) % len(S)]
@@ -25,10 +26,12 @@ def _hclip(S, n, c):
     return out
 
 def pair_intersects_reference(vertices, fi, fj) -> bool:
-    "Exact reference (integer arithmetic): do faces fi, fj meet in more than the vertices they share? Zero-area faces never do."
+    """Exact reference (integer arithmetic): do faces fi, fj meet in more than the vertices they share? Zero-area faces
+    never do."""
     fi, fj = [int(k) for k in fi], [int(k) for k in fj]
     r = [[float(c).as_integer_ratio() for c in vertices[k]] for k in fi + fj]
-    D = max(d for p in r for _, d in p)                                       # every double is an integer over a power of two
+    # every double is an integer over a power of two
+    D = max(d for p in r for _, d in p)
     P, Q = [tuple(a * (D // d) for a, d in p) for p in r[:3]], [tuple(a * (D // d) for a, d in p) for p in r[3:]]
     sub = lambda a, b: tuple(x - y for x, y in zip(a, b))
     cross = lambda a, b: (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
@@ -49,14 +52,16 @@ def pair_intersects_reference(vertices, fi, fj) -> bool:
 # %% ../../nbs/34_intersection_references.ipynb #95e20250
 def box_overlap_pairs(vertices, faces) -> np.ndarray:
     "Pairs (k, 2) of faces i < j whose closed FP64 bounding boxes overlap (numpy, all pairs)."
-    T = np.asarray(vertices, np.float64)[np.asarray(faces)]; lo, hi = T.min(1), T.max(1)
+    T = np.asarray(vertices, np.float64)[np.asarray(faces)]
+    lo, hi = T.min(1), T.max(1)
     return np.argwhere(np.triu(np.all((lo[:, None] <= hi[None]) & (lo[None] <= hi[:, None]), axis=2), 1))
 
 # %% ../../nbs/34_intersection_references.ipynb #a1c6e42d
 def reference_intersecting_pairs(vertices, faces) -> np.ndarray:
     "`intersecting_pairs` by the exact reference, run on the box-overlapping pairs only (slow: ≈ 35 µs per pair)."
     F = np.asarray(faces)
-    return np.array([(i, j) for i, j in box_overlap_pairs(vertices, F) if pair_intersects_reference(vertices, F[i], F[j])],
+    return np.array([(i, j)
+                     for i, j in box_overlap_pairs(vertices, F) if pair_intersects_reference(vertices, F[i], F[j])],
                     dtype=np.int32).reshape(-1, 2)
 
 # %% ../../nbs/34_intersection_references.ipynb #56aa57e7

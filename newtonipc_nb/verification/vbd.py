@@ -59,8 +59,10 @@ class VBDBag:
     film_flags: np.ndarray
     particle_mass: np.ndarray
 
-def vbd_bag_scene(device=None, *, iterations: int = VBD_ITERATIONS, bag_offset=(0.0, 0.0, 0.002), resolution: int = 1) -> VBDBag:
-    "Build the bag scene (film mesh at `resolution`) as the reference implementation's VBD run set it up: same film and spheres, box-panel bin, ground floor."
+def vbd_bag_scene(device=None, *, iterations: int = VBD_ITERATIONS, bag_offset=(0.0, 0.0, 0.002),
+                  resolution: int = 1) -> VBDBag:
+    """Build the bag scene (film mesh at `resolution`) as the reference implementation's VBD run set it up: same film
+    and spheres, box-panel bin, ground floor."""
     device = str(wp.get_device(device))
     b = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
     V, F = bag_mesh(resolution)
@@ -77,8 +79,10 @@ def vbd_bag_scene(device=None, *, iterations: int = VBD_ITERATIONS, bag_offset=(
     for j in range(n_panels):
         phi = 2 * math.pi * (j + 0.5) / n_panels
         rc = R + BIN_WALL / 2
-        b.add_shape_box(-1, xform=wp.transform(wp.vec3(rc * math.cos(phi), rc * math.sin(phi), H / 2), wp.quat_from_axis_angle(wp.vec3(0.0, 0.0, 1.0), phi)),
-                        hx=BIN_WALL / 2, hy=half_w, hz=H / 2, cfg=cfg)
+        b.add_shape_box(
+            -1, xform=wp.transform(wp.vec3(rc * math.cos(phi), rc * math.sin(phi), H / 2),
+                                   wp.quat_from_axis_angle(wp.vec3(0.0, 0.0, 1.0), phi)), hx=BIN_WALL / 2, hy=half_w,
+            hz=H / 2, cfg=cfg)
     b.add_ground_plane(cfg=cfg)
     masses = []
     for p, r in zip(sphere_column(), SPHERE_RADII):
@@ -91,7 +95,8 @@ def vbd_bag_scene(device=None, *, iterations: int = VBD_ITERATIONS, bag_offset=(
     model.soft_contact_kd = 0.0
     model.soft_contact_mu = VBD_FRICTION
     solver = newton.solvers.SolverVBD(model, iterations=iterations, particle_enable_self_contact=True,
-                                      particle_self_contact_margin=VBD_CONTACT_RADIUS, particle_self_contact_gap=VBD_CONTACT_MARGIN,
+                                      particle_self_contact_margin=VBD_CONTACT_RADIUS,
+                                      particle_self_contact_gap=VBD_CONTACT_MARGIN,
                                       particle_enable_tile_solve=device.startswith("cuda"))
     pipeline = newton.CollisionPipeline(model)
     s0, s1 = model.state(), model.state()
@@ -100,10 +105,12 @@ def vbd_bag_scene(device=None, *, iterations: int = VBD_ITERATIONS, bag_offset=(
 
 # %% ../../nbs/36_vbd_side_by_side.ipynb #78142580
 def vbd_apply_controls(sc: VBDBag, c, dt: float = VBD_DT):
-    "One substep's controls: supported film vertices kinematic at their targets, tie springs, sphere gravity cancelled until its drop, drag."
+    """One substep's controls: supported film vertices kinematic at their targets, tie springs, sphere gravity cancelled
+    until its drop, drag."""
     m = sc.model
     flags = sc.film_flags.copy()
-    q = sc.state.particle_q.numpy(); qd = sc.state.particle_qd.numpy()
+    q = sc.state.particle_q.numpy()
+    qd = sc.state.particle_qd.numpy()
     if len(c.support_particles):
         idx = c.support_particles
         flags[idx] &= ~int(newton.ParticleFlags.ACTIVE)
@@ -114,9 +121,12 @@ def vbd_apply_controls(sc: VBDBag, c, dt: float = VBD_DT):
     mass = sc.particle_mass
     f = np.zeros_like(q)
     f[sc.film] = -DRAG * mass[sc.film, None] * qd[sc.film]
-    sc.state.particle_q.assign(q); sc.state.particle_qd.assign(qd); sc.state.particle_f.assign(f)
+    sc.state.particle_q.assign(q)
+    sc.state.particle_qd.assign(qd)
+    sc.state.particle_f.assign(f)
     if c.tie_pairs is not None:
-        m.spring_stiffness.fill_(250.0); m.spring_rest_length.assign(c.tie_lengths.astype(np.float32))
+        m.spring_stiffness.fill_(250.0)
+        m.spring_rest_length.assign(c.tie_lengths.astype(np.float32))
     else:
         m.spring_stiffness.fill_(0.0)
     bf = np.zeros((m.body_count, 6), np.float32)
@@ -124,13 +134,17 @@ def vbd_apply_controls(sc: VBDBag, c, dt: float = VBD_DT):
     bf[hover, 2] = sc.sphere_mass[hover] * 9.81
     sc.state.body_f.assign(bf)
 
-def run_vbd_bag(until: float, *, device=None, record_every: int = 4, timeline=None, progress: bool = False, resolution: int = 1) -> dict:
-    "Drive the TIMELINE choreography through SolverVBD to `until` s, the film mesh at `resolution`; frames every `record_every` substeps (1/240 s)."
+def run_vbd_bag(until: float, *, device=None, record_every: int = 4, timeline=None, progress: bool = False,
+                resolution: int = 1) -> dict:
+    """Drive the TIMELINE choreography through SolverVBD to `until` s, the film mesh at `resolution`; frames every
+    `record_every` substeps (1/240 s)."""
     sc = vbd_bag_scene(device, resolution=resolution)
     ch = Choreographer(timeline or TIMELINE, resolution=resolution)
     n = int(round(until / VBD_DT))
-    rec = dict(time=[0.0], film=[sc.state.particle_q.numpy()[sc.film].copy()], spheres=[sc.state.body_q.numpy()[:, :3].copy()])
-    t_wall = time.perf_counter(); stopped = "completed"
+    rec = dict(time=[0.0], film=[sc.state.particle_q.numpy()[sc.film].copy()],
+               spheres=[sc.state.body_q.numpy()[:, :3].copy()])
+    t_wall = time.perf_counter()
+    stopped = "completed"
     try:
         for k in range(n):
             t = (k + 1) * VBD_DT
@@ -141,7 +155,8 @@ def run_vbd_bag(until: float, *, device=None, record_every: int = 4, timeline=No
             sc.solver.step(sc.state, sc.scratch, None, sc.contacts, VBD_DT)
             sc.state, sc.scratch = sc.scratch, sc.state
             if (k + 1) % record_every == 0:
-                rec["time"].append(t); rec["film"].append(sc.state.particle_q.numpy()[sc.film].copy())
+                rec["time"].append(t)
+                rec["film"].append(sc.state.particle_q.numpy()[sc.film].copy())
                 rec["spheres"].append(sc.state.body_q.numpy()[:, :3].copy())
     except Exception as e:
         stopped = f"failed after t = {rec['time'][-1]:.4f} s: {type(e).__name__}: {e}"
@@ -160,16 +175,21 @@ SEED_SIDE_BY_SIDE = {   # the reference implementation's 8.45 s run
 }
 
 def side_by_side_measures(traj: dict, window: float = 1.0) -> dict:
-    "The side-by-side measures of one trajectory (film frames every 1/240 s): at its last frame, and over its last `window` s."
-    film, sph, t = np.asarray(traj["film"], np.float64), np.asarray(traj["spheres"], np.float64), np.asarray(traj["time"])
+    """The side-by-side measures of one trajectory (film frames every 1/240 s): at its last frame, and over its last
+    `window` s."""
+    film, sph, t = np.asarray(traj["film"], np.float64), np.asarray(traj["spheres"],
+                                                                    np.float64), np.asarray(traj["time"])
     hits = np.array([count_intersections(f, traj["faces"]) for f in film])
     nx, ny = neck_width(film[-1])
     last = t >= t[-1] - window - 1e-9
-    return {"neck width x × y (mm)": f"{1e3 * nx:.2f} × {1e3 * ny:.2f}", "flap height (mm)": f"{1e3 * flap_height(film[-1]):.2f}",
-            "self-intersection frames / all frames": f"{int((hits > 0).sum())} / {len(hits)}",
-            "largest sphere-centre z range, last 1 s (mm)": f"{1e3 * np.ptp(sph[last][:, :, 2], axis=0).max():.3f}",
-            "wall time per simulated second (s)": f"{float(traj['wall_time']) / max(t[-1], 1e-12):.1f}",
-            "columns pointing up at 6.05 s (the unfold check)": _columns_up_at(film, t, 6.05)}
+    return {
+        "neck width x × y (mm)": f"{1e3 * nx:.2f} × {1e3 * ny:.2f}",
+        "flap height (mm)": f"{1e3 * flap_height(film[-1]):.2f}",
+        "self-intersection frames / all frames": f"{int((hits > 0).sum())} / {len(hits)}",
+        "largest sphere-centre z range, last 1 s (mm)": f"{1e3 * np.ptp(sph[last][:, :, 2], axis=0).max():.3f}",
+        "wall time per simulated second (s)": f"{float(traj['wall_time']) / max(t[-1], 1e-12):.1f}",
+        "columns pointing up at 6.05 s (the unfold check)": _columns_up_at(film, t, 6.05)
+    }
 
 def _columns_up_at(film, t, at: float) -> str:
     k = int(np.argmin(np.abs(t - at)))
@@ -182,40 +202,66 @@ def unchecked_timeline(timeline=None) -> list:
     return [r for r in (timeline or TIMELINE) if r[2] != "check"]
 
 def saved_ipc_run(source, until: float) -> dict:
-    "A saved bag run from t = 0 (`newtonipc-bag`'s npz, every step stored, or its dict) cut at `until` s; wall time pro rata."
+    """A saved bag run from t = 0 (`newtonipc-bag`'s npz, every step stored, or its dict) cut at `until` s; wall time
+    pro rata."""
     d = source if isinstance(source, dict) else load_trajectory(source)
-    if str(d.get("resumed", "")): raise ValueError(f"the saved IPC run was resumed ({d['resumed']}); the side-by-side needs a run from t = 0")
-    t = np.asarray(d["time"]); keep = t <= until + 1e-9
+    if str(d.get("resumed", "")): raise ValueError(f"the saved IPC run was resumed ({d['resumed']}); the "
+                                                   f"side-by-side needs a run from t = 0")
+    t = np.asarray(d["time"])
+    keep = t <= until + 1e-9
     if t[-1] < until - 1e-9: raise ValueError(f"the saved IPC run ends at {t[-1]:.4f} s, before {until:.2f} s")
     return dict(film=d["film"][keep], spheres=d["spheres"][keep], faces=d["faces"], time=t[keep],
-                wall_time=float(d["wall_time"]) * until / t[-1], stopped=f"{d['stopped']} (cut at {until:.2f} s; wall time pro rata)")
+                wall_time=float(d["wall_time"]) * until / t[-1], stopped=f"{d['stopped']} (cut at {until:.2f} s; "
+                                                                         f"wall time pro rata)")
 
 # %% ../../nbs/36_vbd_side_by_side.ipynb #5186f2e1
-def compare_vbd(until: float = 0.2, *, device=None, ipc=None, vbd=None, resolution: int = 1) -> tuple[pd.DataFrame, dict]:
-    "Run the bag choreography, film mesh at `resolution`, to `until` s through SolverIPC and SolverVBD on `device` (or take saved runs at that resolution: `ipc` a bag run from t = 0, path or dict; `vbd` a `run_vbd_bag` result, e.g. `load_side_by_side(…)['vbd']`); the side-by-side table beside the reference implementation's, and both trajectories."
+def compare_vbd(until: float = 0.2, *, device=None, ipc=None, vbd=None,
+                resolution: int = 1) -> tuple[pd.DataFrame, dict]:
+    """Run the bag choreography, film mesh at `resolution`, to `until` s through SolverIPC and SolverVBD on `device` (or
+    take saved runs at that resolution: `ipc` a bag run from t = 0, path or dict; `vbd` a `run_vbd_bag` result, e.g.
+    `load_side_by_side(…)['vbd']`); the side-by-side table beside the reference implementation's, and both
+    trajectories."""
     n_film = len(bag_mesh(check_resolution(resolution))[0])
     if ipc is None:
         tr = run_bag(until, device=device, progress=False, resolution=resolution)
-        ipc = dict(film=np.asarray(tr.film), spheres=np.asarray(tr.spheres), faces=tr.faces, time=np.asarray(tr.time), wall_time=tr.wall_time,
-                   stopped=tr.stopped)
+        ipc = dict(film=np.asarray(tr.film), spheres=np.asarray(tr.spheres), faces=tr.faces, time=np.asarray(tr.time),
+                   wall_time=tr.wall_time, stopped=tr.stopped)
     else:
         ipc = saved_ipc_run(ipc, until)
-    vbd = run_vbd_bag(until, device=device, timeline=unchecked_timeline(), resolution=resolution) if vbd is None else vbd
+    vbd = run_vbd_bag(until, device=device, timeline=unchecked_timeline(),
+                      resolution=resolution) if vbd is None else vbd
     for name, run in (("ipc", ipc), ("vbd", vbd)):
         if np.shape(run["film"])[1] != n_film:
-            raise ValueError(f"compare_vbd: the {name} run's film has {np.shape(run['film'])[1]} vertices, the mesh at resolution {resolution} has {n_film}")
+            raise ValueError(f"compare_vbd: the {name} run's film has {np.shape(run['film'])[1]} vertices, the "
+                             f"mesh at resolution {resolution} has {n_film}")
     mi, mv = side_by_side_measures(ipc), side_by_side_measures(vbd)
-    rows = [dict(measured=k, **{"reference VBD (8.45 s)": s[0], "reference IPC (8.45 s)": s[1], f"ours VBD ({until:.2f} s)": mv[k], f"ours IPC ({until:.2f} s)": mi[k]})
-            for k, s in SEED_SIDE_BY_SIDE.items()]
-    rows.append(dict(measured="wall time (s) / run status", **{"reference VBD (8.45 s)": "", "reference IPC (8.45 s)": "", f"ours VBD ({until:.2f} s)": f"{vbd['wall_time']:.1f} / {vbd['stopped']}",
-                                                              f"ours IPC ({until:.2f} s)": f"{ipc['wall_time']:.1f} / {ipc['stopped']}"}))
+    rows = [
+        dict(
+            measured=k, **{
+                "reference VBD (8.45 s)": s[0],
+                "reference IPC (8.45 s)": s[1],
+                f"ours VBD ({until:.2f} s)": mv[k],
+                f"ours IPC ({until:.2f} s)": mi[k]
+            }) for k, s in SEED_SIDE_BY_SIDE.items()
+    ]
+    rows.append(
+        dict(
+            measured="wall time (s) / run status", **{
+                "reference VBD (8.45 s)": "",
+                "reference IPC (8.45 s)": "",
+                f"ours VBD ({until:.2f} s)": f"{vbd['wall_time']:.1f} / "
+                f"{vbd['stopped']}",
+                f"ours IPC ({until:.2f} s)": f"{ipc['wall_time']:.1f} / "
+                f"{ipc['stopped']}"
+            }))
     return pd.DataFrame(rows), dict(ipc=ipc, vbd=vbd)
 
 # %% ../../nbs/36_vbd_side_by_side.ipynb #47d7a313
 VBD_COLOR, IPC_COLOR = "#74c476", "#6baed6"      # green (VBD, left), blue (IPC, right)
 
 def save_side_by_side(trajs: dict, path) -> Path:
-    "Write the two trajectories of `compare_vbd` (`ipc`, `vbd`: film, spheres, faces, time, wall_time, stopped) to one .npz."
+    """Write the two trajectories of `compare_vbd` (`ipc`, `vbd`: film, spheres, faces, time, wall_time, stopped) to one
+    .npz."""
     path = Path(path)
     arrays = {f"{name}_{k}": np.asarray(trajs[name][k]) for name in ("ipc", "vbd")
               for k in ("film", "spheres", "faces", "time", "wall_time", "stopped")}
@@ -231,31 +277,41 @@ def load_side_by_side(path) -> dict:
         if missing: raise ValueError(f"{path}: the {name} trajectory lacks {sorted(missing)}")
     return out
 
-def side_by_side_view(trajs: dict, *, frame: int = -1, gap: float = 0.05, show_bin: bool = True, width: int = 900, height: int = 420):
-    "VBD's and IPC's film and spheres at `frame` (default the last) side by side in one pythreejs scene, VBD left (green), IPC right (blue), with a caption."
+def side_by_side_view(trajs: dict, *, frame: int = -1, gap: float = 0.05, show_bin: bool = True, width: int = 900,
+                      height: int = 420):
+    """VBD's and IPC's film and spheres at `frame` (default the last) side by side in one pythreejs scene, VBD left
+    (green), IPC right (blue), with a caption."""
     radii = np.asarray(SPHERE_RADII)
     bv, bf = bin_mesh()
     parts = {}
     for name in ("vbd", "ipc"):
         t = trajs[name]
         film, sph = np.asarray(t["film"], np.float64), np.asarray(t["spheres"], np.float64)
-        if film.ndim != 3 or film.shape[2] != 3 or sph.ndim != 3 or sph.shape[1:] != (len(radii), 3) or len(sph) != len(film):
-            raise ValueError(f"trajs['{name}'] needs film (T, N, 3) and spheres (T, {len(radii)}, 3) frames, got {film.shape} and {sph.shape}")
+        if film.ndim != 3 or film.shape[2] != 3 or sph.ndim != 3 or sph.shape[1:] != (len(radii),
+                                                                                      3) or len(sph) != len(film):
+            raise ValueError(f"trajs['{name}'] needs film (T, N, 3) and spheres (T, {len(radii)}, 3) frames, got "
+                             f"{film.shape} and {sph.shape}")
         k = frame % len(film)
         pts = np.concatenate([film[k], sph[k] + radii[:, None], sph[k] - radii[:, None]] + ([bv] if show_bin else []))
-        parts[name] = dict(film=film[k], spheres=sph[k], faces=np.asarray(t["faces"]), time=float(np.asarray(t["time"])[k]), lo=pts.min(0), hi=pts.max(0))
+        parts[name] = dict(film=film[k], spheres=sph[k], faces=np.asarray(t["faces"]),
+                           time=float(np.asarray(t["time"])[k]), lo=pts.min(0), hi=pts.max(0))
     shift = np.array([parts["vbd"]["hi"][0] - parts["ipc"]["lo"][0] + gap, 0.0, 0.0])
     children, pts = [], []
     for name, color, off in (("vbd", VBD_COLOR, np.zeros(3)), ("ipc", IPC_COLOR, shift)):
         p = parts[name]
         children += mesh_objects(p["film"] + off, p["faces"], color, name=f"{name}_film")
-        if show_bin: children += mesh_objects(bv + off, bf, "#bbbbbb", opacity=0.35, wireframe=False, name=f"{name}_bin")
-        children += [sphere_object(c + off, r, name=f"{name}_sphere{i}") for i, (c, r) in enumerate(zip(p["spheres"], radii))]
+        if show_bin:
+            children += mesh_objects(bv + off, bf, "#bbbbbb", opacity=0.35, wireframe=False, name=f"{name}_bin")
+        children += [
+            sphere_object(c + off, r, name=f"{name}_sphere{i}") for i, (c, r) in enumerate(zip(p["spheres"], radii))
+        ]
         pts += [p["lo"] + off, p["hi"] + off]
     renderer = framed_renderer(children, pts, width, height, direction=(0.0, -1.0, 0.5))   # face the row of bags
     caption = widgets.HTML(
-        f"<b>left</b>: <span style='color:{VBD_COLOR}'>■</span> Newton SolverVBD, t = {parts['vbd']['time']:.4f} s &nbsp;·&nbsp; "
-        f"<b>right</b>: <span style='color:{IPC_COLOR}'>■</span> SolverIPC (ours), t = {parts['ipc']['time']:.4f} s, shifted "
+        f"<b>left</b>: <span style='color:{VBD_COLOR}'>■</span> Newton SolverVBD, t = {parts['vbd']['time']:.4f} s "
+        f"&nbsp;·&nbsp; "
+        f"<b>right</b>: <span style='color:{IPC_COLOR}'>■</span> SolverIPC (ours), t = {parts['ipc']['time']:.4f} "
+        f"s, shifted "
         f"{1e3 * shift[0]:.0f} mm in +x; spheres orange, bin grey")
     box = widgets.VBox([caption, renderer])
     box.renderer, box.caption, box.shift = renderer, caption, shift
