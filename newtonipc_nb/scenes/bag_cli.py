@@ -170,22 +170,70 @@ def main(argv=None) -> int:
     finally:
         if in_main: signal.signal(signal.SIGTERM, old)
 
-# %% ../../nbs/27_bag_scenario.ipynb #514d34fd
+# %% ../../nbs/27_bag_scenario.ipynb #57d3d3e6
+def _announce(args, out: Path, device: str):
+    "The run's first lines: what is computed where, and a note when `--until` goes past the scene's end."
+    print(f"newtonipc-bag: {args.until:.2f} s of the bag scene (mesh resolution {args.resolution}) on {device}, "
+          f"every {args.every} step(s) stored in {out}", flush=True)
+    if args.until > SCENE_END + 1e-9:
+        print(f"newtonipc-bag: note: the scene ends at {SCENE_END:.2f} s (every support released at 9.40 s); "
+              f"from there to {args.until:.2f} s the bag rests on the floor with no supports", flush=True)
+
+def _say_error(error, out: Path, saved: list, say):
+    "One line for a run that stopped with `error`: a failed write says what the file still holds."
+    n, t_last, _ = saved[-1] if saved else (0, 0.0, "")
+    if isinstance(error, TrajectoryWriteError):
+        at = getattr(error, "at", None)
+        where = "" if at is None else f"the run stopped at this first failed write, after t = {at:.4f} s; "
+        holds = (f"{out} holds this run's last good write: {n} frames, up to t = {t_last:.4f} s" if saved
+                 else "this run wrote nothing there (a file already there is from before)")
+        say(f"{error}; {where}{holds}")
+    else:
+        say(f"the run stopped with an error: {type(error).__name__}: {error}")
+
+def _say_interrupted(args, out: Path, saved: list, say):
+    "One line for a run stopped by Ctrl-C or SIGTERM: how many frames are saved, and how to continue."
+    n, _, stopped = saved[-1]
+    if args.every == 1 and n > 1:
+        cont = (f"newtonipc-bag --resume {shlex.quote(str(out))} --out {shlex.quote(str(out))} --until {args.until:g}"
+                + (f" --resolution {args.resolution}" if args.resolution != 1 else "")
+                + (f" --device {args.device}" if args.device else ""))
+        say(f"{stopped}: {n} frames saved in {out}; continue with: {cont}")
+    else:
+        why = (f"it cannot be resumed (stored with --every {args.every})" if n > 1
+               else "no step finished, nothing to resume")
+        say(f"{stopped}: {n} frames saved in {out}; {why}")
+
+# %% ../../nbs/27_bag_scenario.ipynb #15cbd9d8
+def _report(args, out: Path, table: Path, device: str, say) -> int:
+    "Print the finished run's measurement table and write it as JSON beside the trajectory; the exit code."
+    data = load_trajectory(out)
+    print(f"stopped: {data['stopped']}  ({len(data['time'])} frames in {out})", flush=True)
+    if len(data["time"]) < 2: return 0
+    try:
+        m = measure(data, device=device)
+        print(m.to_string(index=False), flush=True)
+        write_text_atomic(table, json.dumps({"stopped": str(data["stopped"]), "frames": int(len(data["time"])),
+                                             "resolution": args.resolution,
+                                             "measurements": m.to_dict(orient="records")}, indent=2))
+    except Exception as e:
+        say(str(e) if isinstance(e, TrajectoryWriteError) else f"measuring {out} failed: {type(e).__name__}: {e}")
+        if args.debug: traceback.print_exception(e)
+        return 1
+    return 0
+
 def _run(args, out: Path, say) -> int:
     wp.config.log_level = wp.LOG_WARNING
     device = args.warp_device or default_device()
     table = out.with_suffix(".json")
-    print(f"newtonipc-bag: {args.until:.2f} s of the bag scene (mesh resolution {args.resolution}) on {device}, "
-          f"every {args.every} step(s) stored in {out}", flush=True)
-    if args.until > SCENE_END + 1e-9:
-        print(f"newtonipc-bag: note: the scene ends at {SCENE_END:.2f} s (every support released at 9.40 s); from "
-              f"there to "
-              f"{args.until:.2f} s the bag rests on the floor with no supports", flush=True)
+    _announce(args, out, device)
     saved = []
+
     def on_save(traj, path):
         if not saved:                   # the table beside described the file this run has just replaced
             with suppress(OSError): table.unlink(missing_ok=True)
         saved.append((len(traj.time), float(traj.time[-1]), traj.stopped))
+
     code, error = 0, None
     try:
         run_bag(args.until, every=args.every, device=device, out=out, resume=args.resume, resume_at=args.resume_at,
@@ -194,49 +242,15 @@ def _run(args, out: Path, say) -> int:
     except Terminated: code = 143
     except Exception as e: code, error = 1, e
     args.ran = True
-    n, t_last, stopped = saved[-1] if saved else (0, 0.0, "")
-    if isinstance(error, TrajectoryWriteError):
-        where = f"the run stopped at this first failed write, after t = {error.at:.4f} s; " if hasattr(error,
-                                                                                                       "at") else ""
-        say(f"{error}; {where}" + (f"{out} holds this run's last good write: {n} frames, up to t = {t_last:.4f} s"
-                                   if saved else "this run wrote nothing there (a file already there is from before)"))
-    elif error is not None:
-        say(f"the run stopped with an error: {type(error).__name__}: {error}")
-    if error is not None and args.debug: traceback.print_exception(error)
+    if error is not None:
+        _say_error(error, out, saved, say)
+        if args.debug: traceback.print_exception(error)
     if not saved:
-        if code and not isinstance(error, TrajectoryWriteError): say(f"nothing was written to {out}: the run "
-                                                                     f"stopped before its first step")
+        if code and not isinstance(error, TrajectoryWriteError):
+            say(f"nothing was written to {out}: the run stopped before its first step")
         return code
     if code in (130, 143):
-        if args.every == 1 and n > 1:
-            cont = (f"newtonipc-bag --resume {shlex.quote(str(out))} --out {shlex.quote(str(out))} --until "
-                    f"{args.until:g}" + (f" --resolution {args.resolution}" if args.resolution != 1 else "") +
-                    (f" --device {args.device}" if args.device else ""))
-            say(f"{stopped}: {n} frames saved in {out}; continue with: {cont}")
-        else:
-            say(f"{stopped}: {n} frames saved in {out}; " +
-                (f"it cannot be resumed (stored with --every "
-                 f"{args.every})" if n > 1 else "no step finished, nothing to "
-                 "resume"))
+        _say_interrupted(args, out, saved, say)
         return code
     if isinstance(error, TrajectoryWriteError): return code
-    data = load_trajectory(out)
-    print(f"stopped: {data['stopped']}  ({len(data['time'])} frames in {out})", flush=True)
-    if len(data["time"]) > 1:
-        try:
-            m = measure(data, device=device)
-            print(m.to_string(index=False), flush=True)
-            write_text_atomic(
-                table,
-                json.dumps(
-                    {
-                        "stopped": str(data["stopped"]),
-                        "frames": int(len(data["time"])),
-                        "resolution": args.resolution,
-                        "measurements": m.to_dict(orient="records")
-                    }, indent=2))
-        except Exception as e:
-            say(str(e) if isinstance(e, TrajectoryWriteError) else f"measuring {out} failed: {type(e).__name__}: {e}")
-            if args.debug: traceback.print_exception(e)
-            return 1
-    return code
+    return _report(args, out, table, device, say) or code

@@ -109,23 +109,21 @@ def sphere_film_gaps(spheres: np.ndarray, film: np.ndarray, faces: np.ndarray, r
     d, _ = vertex_face_distance(q, device=device)
     return d.reshape(len(s), len(faces)).min(1) - np.asarray(radii)
 
-# %% ../../nbs/26_bag_measurements.ipynb #8d480297
+# %% ../../nbs/26_bag_measurements.ipynb #ae976749
 def _as_dict(traj) -> dict:
     if not isinstance(traj, Trajectory): return traj
+    steps = {f"step_{k}": v for k, v in pd.DataFrame(traj.steps).items()}
     return dict(film=np.asarray(traj.film), spheres=np.asarray(traj.spheres), faces=traj.faces,
                 time=np.asarray(traj.time), wall_time=traj.wall_time, resumed=traj.resumed, resolution=traj.resolution,
-                **{
-                    f"step_{k}": v
-                    for k, v in pd.DataFrame(traj.steps).items()
-                })
+                **steps)
 
 def measurement_row(traj, *, at: float | None = None, device=None) -> dict:
     """The measurements of a bag trajectory (a dict from `load_trajectory`, or a `Trajectory`) as plain numbers, lengths
     in mm: neck and flap at the frame nearest `at` (default the last), intersections over every stored frame, the rest
     at the end."""
     traj = _as_dict(traj)
-    film, sph, faces, t = traj["film"].astype(np.float64), traj["spheres"].astype(
-        np.float64), traj["faces"], traj["time"]
+    film, sph = traj["film"].astype(np.float64), traj["spheres"].astype(np.float64)
+    faces, t = traj["faces"], traj["time"]
     k = len(t) - 1 if at is None else int(np.argmin(np.abs(t - at)))
     hits = np.array([count_intersections(f, faces, device=device) for f in film])
     last = t >= t[-1] - 1.0
@@ -148,13 +146,14 @@ def measurement_row(traj, *, at: float | None = None, device=None) -> dict:
     if str(traj.get("resumed", "")): row["resumed"] = str(traj["resumed"])
     return row
 
+# %% ../../nbs/26_bag_measurements.ipynb #981944b3
 def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame:
     """The measurement table of a bag trajectory (a dict from `load_trajectory`, or a `Trajectory`): `measurement_row`
     for a reader."""
     m = measurement_row(traj, at=at, device=device)
     res = m["resolution"]
-    rows = [("mesh resolution (rings × columns, vertices)", f"{res} ({15 * res} × {32 * res}, {m['vertices']:,} "
-                                                            f"vertices)", ""),
+    mesh = f"{res} ({15 * res} × {32 * res}, {m['vertices']:,} vertices)"
+    rows = [("mesh resolution (rings × columns, vertices)", mesh, ""),
             ("time of the measured frame", f"{m['t']:.4f}", "s"),
             ("neck width x × y", f"{m['neck_x_mm']:.2f} × {m['neck_y_mm']:.2f}", "mm"),
             ("flap height", f"{m['flap_height_mm']:.2f}", "mm"),
@@ -170,6 +169,7 @@ def measure(traj: dict, *, at: float | None = None, device=None) -> pd.DataFrame
     if "resumed" in m: rows.append(("resumed (not a run from t = 0)", m["resumed"], ""))
     return pd.DataFrame(rows, columns=["measure", "value", "unit"])
 
+# %% ../../nbs/26_bag_measurements.ipynb #eb1fb37d
 def phase_table(traj: dict, timeline=None) -> pd.DataFrame:
     """Steps, Newton iterations and subdivisions per phase of the choreography (phases from `timeline`, default
     `TIMELINE`, and the steps' times)."""

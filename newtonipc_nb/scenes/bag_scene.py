@@ -23,7 +23,7 @@ __all__ = ['N_RINGS', 'N_COLUMNS', 'NECK_RING', 'HEM_RING', 'BOTTOM_RINGS', 'BOT
            'ring_and_column', 'bag_mesh', 'bin_mesh', 'floor_mesh', 'SceneIndex', 'sphere_column', 'bag_scene_builder',
            'BagScene']
 
-# %% ../../nbs/23_bag_scene.ipynb #1108482a
+# %% ../../nbs/23_bag_scene.ipynb #79e5c209
 N_RINGS, N_COLUMNS = 15, 32
 NECK_RING, HEM_RING = 11, 15
 BOTTOM_RINGS = 3           # rings 1..3 form the flat bottom disc; ring 3 is the bottom corner
@@ -39,8 +39,8 @@ RESOLUTIONS = (1, 2, 4)      # mesh refinements of the bag: k× the rings and k�
 
 def check_resolution(resolution) -> int:
     "`resolution` as an int if it is one of `RESOLUTIONS`, else a `ValueError` naming it."
-    if isinstance(resolution, bool) or not isinstance(resolution,
-                                                      (int, np.integer)) or int(resolution) not in RESOLUTIONS:
+    whole = isinstance(resolution, (int, np.integer)) and not isinstance(resolution, bool)
+    if not whole or int(resolution) not in RESOLUTIONS:
         raise ValueError(f"bag mesh resolution must be one of {', '.join(map(str, RESOLUTIONS))}, got {resolution!r}")
     return int(resolution)
 
@@ -50,6 +50,7 @@ def bag_grid(resolution: int = 1) -> tuple[int, int, int, int]:
     k = check_resolution(resolution)
     return N_RINGS * k, N_COLUMNS * k, NECK_RING * k, HEM_RING * k
 
+# %% ../../nbs/23_bag_scene.ipynb #5c65d259
 def ring_sizes(resolution: int = 1) -> np.ndarray:
     """Vertex count of each ring 1 … 15k: 32k on the wall and flap; inside the bottom disc at k ≥ 2, round(32 j / 3) on
     ring j, so the disc's edges are all about as long as at its rim (k = 1 keeps 32 on every ring)."""

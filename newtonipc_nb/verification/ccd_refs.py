@@ -84,7 +84,7 @@ def load_ccd_queries(root=None, *, kinds=CCD_QUERY_KINDS, scenes=None,
                 out.append(read_query_file(f, scene_dir.name, kind, limit_per_file))
     return out
 
-# %% ../../nbs/33_ccd_references.ipynb #67d92ef7
+# %% ../../nbs/33_ccd_references.ipynb #c406029d
 def _ipctk_batch(batch: QueryBatch, min_gap: float, eta: float, max_iter: int) -> np.ndarray:
     "ipctk AdditiveCCD on one batch: (n,) bool 'collides'."
     import ipctk
@@ -108,6 +108,7 @@ def _normal_batch(batch: QueryBatch, min_gap: float, device=None) -> np.ndarray:
                               device=device)
     return m <= 1.0
 
+# %% ../../nbs/33_ccd_references.ipynb #4adcc35d
 def ccd_query_report(batches, *, min_gap: float = 0.0, eta: float = ACCD_ETA, max_iter: int = ACCD_MAX_ITER,
                      with_ipctk: bool = True, device=None) -> pd.DataFrame:
     """Per scene and kind: queries, collisions, false negatives, false-positive rate and µs/query of our ACCD, the

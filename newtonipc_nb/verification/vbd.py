@@ -41,7 +41,7 @@ VBD_FRICTION = 0.35
 VBD_SOFT_CONTACT_KE = 1.0e3      # N/m, particle–shape contact stiffness (not given by the reference implementation)
 BIN_WALL = 0.004                 # m, thickness of the box panels of the bin wall
 
-# %% ../../nbs/36_vbd_side_by_side.ipynb #3939c6ae
+# %% ../../nbs/36_vbd_side_by_side.ipynb #054f2002
 @dataclass
 class VBDBag:
     "The bag scene for Newton's SolverVBD: film particles, sphere bodies, bin walls as box shapes."
@@ -59,6 +59,7 @@ class VBDBag:
     film_flags: np.ndarray
     particle_mass: np.ndarray
 
+# %% ../../nbs/36_vbd_side_by_side.ipynb #ee6cba70
 def vbd_bag_scene(device=None, *, iterations: int = VBD_ITERATIONS, bag_offset=(0.0, 0.0, 0.002),
                   resolution: int = 1) -> VBDBag:
     """Build the bag scene (film mesh at `resolution`) as the reference implementation's VBD run set it up: same film
@@ -76,13 +77,12 @@ def vbd_bag_scene(device=None, *, iterations: int = VBD_ITERATIONS, bag_offset=(
     cfg = newton.ModelBuilder.ShapeConfig(mu=VBD_FRICTION)
     n_panels, H, R = 32, BIN_HEIGHT, BIN_RADIUS
     half_w = (R + BIN_WALL) * math.tan(math.pi / n_panels) * 1.05
+    rc = R + BIN_WALL / 2
     for j in range(n_panels):
         phi = 2 * math.pi * (j + 0.5) / n_panels
-        rc = R + BIN_WALL / 2
-        b.add_shape_box(
-            -1, xform=wp.transform(wp.vec3(rc * math.cos(phi), rc * math.sin(phi), H / 2),
-                                   wp.quat_from_axis_angle(wp.vec3(0.0, 0.0, 1.0), phi)), hx=BIN_WALL / 2, hy=half_w,
-            hz=H / 2, cfg=cfg)
+        pose = wp.transform(wp.vec3(rc * math.cos(phi), rc * math.sin(phi), H / 2),
+                            wp.quat_from_axis_angle(wp.vec3(0.0, 0.0, 1.0), phi))
+        b.add_shape_box(-1, xform=pose, hx=BIN_WALL / 2, hy=half_w, hz=H / 2, cfg=cfg)
     b.add_ground_plane(cfg=cfg)
     masses = []
     for p, r in zip(sphere_column(), SPHERE_RADII):
