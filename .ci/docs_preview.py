@@ -11,6 +11,7 @@ from execnb.nbio import dict2nb, nb2dict
 from jupyter_core.paths import jupyter_path
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
+from nbconvert.filters import strings
 from nbdev.config import get_config
 from nbdev.doclinks import _nbpath2html
 from nbdev.process import extract_directives
@@ -89,6 +90,8 @@ def pandoc_id(text: str) -> str:
     "The id pandoc (so Quarto) gives a heading, which nbdev's doc links point at."
     return re.sub(r"^[^a-z]+", "", re.sub(r"\s+", "-", re.sub(r"[^\w\s.-]", "", text).strip().lower())) or "section"
 
+strings._convert_header_id = pandoc_id  # nbconvert's add_anchor names each heading with this function
+
 def render(nb, path: Path, paths: dict, pages: list) -> str:
     "nbdev's docs processors, then nbconvert's HTML (JupyterLab look), with pandoc's heading ids and relative links."
     import warp
@@ -113,24 +116,14 @@ def render(nb, path: Path, paths: dict, pages: list) -> str:
         paths=json.dumps({k: rel + v for k, v in paths.items()}),
         nav=" · ".join(f'<a href="{rel}{p}">{html.escape(p[:-5])}</a>' for p in pages)))[0]
     body = body.replace(get_config().doc_host + get_config().doc_baseurl + "/", rel or "./")
-    body = re.sub(r'<a href="([^"]+)">source</a>\{target="_blank" style="([^"]*)"\}',  # Quarto's link attributes
+    return re.sub(r'<a href="([^"]+)">source</a>\{target="_blank" style="([^"]*)"\}',  # Quarto's link attributes
                   r'<a href="\1" target="_blank" style="\2">source</a>', body)
-    ids, seen = {}, {}
-    def heading(m):
-        base = pandoc_id(html.unescape(re.sub(r"<[^>]+>", "", m[4])))
-        seen[base] = seen.get(base, -1) + 1
-        ids.setdefault(m[2], base + (f"-{seen[base]}" if seen[base] else ""))
-        return f'<{m[1]} id="{ids[m[2]]}"{m[3]}>{m[4]}</{m[1]}>'
-    body = re.sub(r'<(h[1-6]) id="([^"]*)"([^>]*)>(.*?)</\1>', heading, body, flags=re.S)
-    return re.sub(r'href="#([^"]*)"', lambda m: f'href="#{ids.get(m[1], m[1])}"', body)
 
 def write(dst: Path, text: str):
-    "Write `dst` whole (a temporary file renamed over it), readable by everyone (a web server is another user)."
+    "Write `dst`, readable by everyone (a web server is another user)."
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o644)
-    os.replace(tmp, dst)
+    dst.write_text(text)
+    dst.chmod(0o644)
 
 def build(out=OUT, only=(), force=False, timeout=900, run_flags=()) -> dict:
     "Build the pages older than their notebook or the package (or `only` these, or with `force` all) into `out`."
