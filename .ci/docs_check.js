@@ -16,18 +16,19 @@ const arr = a => Array.from(a || []);
 const rec = k => window.__views.find(v => 'traj-' + v.action.getClip().name.split(' ')[1] === [...views()[k].classList].find(
   c => c.startsWith('traj-')));  // a view's class traj-UID names its clip "trajectory UID"
 function parts(v) { const o = {}; v.root.traverse(x => { o[x.isCamera ? 'camera' : x.name] = x; }); return o; }
-function scene(k) {  // what the k-th view draws now, what its clip holds and what its visible texts and time sprites say
+function scene(k) {  // what the k-th view draws now, what its clip holds and what its visible texts and time labels say
   const v = rec(k), o = parts(v), el = views()[k], g = o.film.geometry, s = {times: [], weights: {}, now: {}, tracks: {},
     base: arr(g.attributes.position.array), targets: g.morphAttributes.position.map(t => arr(t.array)),
-    label: [el.innerText, ...Object.keys(o).filter(n => /^t = /.test(n) && o[n].visible)].join('\n'),
+    label: el.innerText,
     readouts: [...el.querySelectorAll('.widget-readout')].filter(e => e.offsetParent).map(e => e.innerText)};
   for (const t of v.action.getClip().tracks) {
-    let m = /^(\w+)\.(position|scale)$/.exec(t.name);  // spheres, bodies, and the content's placement (the follow camera)
+    let m = /^(?!label)(\w+)\.(position|scale)$/.exec(t.name);  // spheres, bodies, and the content's placement (the follow camera)
     if (m) [s.tracks[t.name], s.now[t.name]] = [arr(t.values), o[m[1]][m[2]].toArray()];
     m = /^film\.morphTargetInfluences\[(\d+)\]$/.exec(t.name);
     if (m) s.times[+m[1]] = t.times[arr(t.values).indexOf(1)];
   }
   for (const n in o) if (/^film(_wire)?$/.test(n)) s.weights[n] = arr(o[n].morphTargetInfluences);
+  for (const n in o) if (/^label\d+$/.test(n) && o[n].position.z < 0) s.label += `\nt = ${s.times[+n.slice(5)]} s`;
   return s;
 }
 function fill(v) {  // the share of the canvas the drawn film's projected bounding box covers

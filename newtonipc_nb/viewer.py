@@ -184,7 +184,7 @@ def _body_mover(b: int, vertices, faces, poses, first: int):
     _place(mover, poses[first])
     return mover, poses
 
-# %% ../nbs/00a_viewer.ipynb #8a428760
+# %% ../nbs/00a_viewer.ipynb #d3f3d039
 def time_labels(camera, times, start: int):
     """Sprites that write `t = … s` in the top-left corner of `camera`'s picture, one per kept frame time `times`, and
     the clip tracks that show the one nearest to the clip's time: the label is drawn by the same animation as the
@@ -195,12 +195,15 @@ def time_labels(camera, times, start: int):
     labels = [p3.Sprite(material=p3.SpriteMaterial(map=p3.TextTexture(string=f"t = {t:.3f} s", size=48, color="#333333",
                                                                       fontFace="sans-serif"),
                                                    depthTest=False, transparent=True),
-                        position=(left + 0.55 * size, 0.88 * hh, -dist), scale=(size, size, 1.0), name=f"label{k}",
-                        visible=k == start, renderOrder=1) for k, t in enumerate(times)]
-    # A boolean track steps (no blending): label k is on from half-way after frame k - 1 to half-way before frame k + 1.
+                        position=(left + 0.55 * size, 0.88 * hh, -dist if k == start else dist), scale=(size, size, 1.0),
+                        name=f"label{k}", renderOrder=1) for k, t in enumerate(times)]
+    # A discrete track steps (no blending): label k is in front of the camera from half-way after frame k - 1 to
+    # half-way before frame k + 1, else behind it (not drawn). (Not `.visible`: a boolean array does not reach the
+    # browser; not the opacity: stopping the clip does not restore it.)
     keys = np.r_[times[0], 0.5 * (times[1:] + times[:-1])].astype(np.float32)
-    return labels, [p3.BooleanKeyframeTrack(name=f"{s.name}.visible", times=keys, values=np.arange(len(times)) == k)
-                    for k, s in enumerate(labels)]
+    return labels, [p3.VectorKeyframeTrack(name=f"{s.name}.position", times=keys, interpolation="InterpolateDiscrete",
+                                           values=np.array([[*s.position[:2], -dist if j == k else dist] for j in range(len(times))],
+                                                           np.float32).ravel()) for k, s in enumerate(labels)]
 
 
 # %% ../nbs/00a_viewer.ipynb #14f7f4d2
@@ -270,7 +273,7 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
         if follow is not None:
             content = renderer.scene.children[0]
             content.position, content.scale = tuple(map(float, place[k])), (float(scale[k]),) * 3
-        for j, label in enumerate(labels): label.visible = j == k
+        for j, label in enumerate(labels): label.position = (*label.position[:2], -abs(label.position[2]) if j == k else abs(label.position[2]))
         at.value = _frame_label(int(keep[k]), T, times)
         box.shown = k
     def on_slider(change):
