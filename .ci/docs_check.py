@@ -14,7 +14,6 @@ NOISE = re.compile(r"Warp \d[\w.]* initialized|load on device '[^']*' took|CUDA 
 SUBJECT = 0.15  # the least share of the canvas a trajectory view's film covers (its projected bounding box)
 JS = (Path(__file__).parent / "docs_check.js").read_text()
 
-
 def check_site(out: Path, report=None) -> list:
     "One line per problem of the site built in `out` (`report`: its build.json)."
     report = report or json.loads((out / "build.json").read_text())
@@ -32,19 +31,19 @@ def check_site(out: Path, report=None) -> list:
             if u.scheme or u.netloc: continue
             if path.startswith("..") or path not in ids and not (out / path).is_file():
                 problems.append(f"{n}: link {href!r}: no page {path}")
-            elif frag and path in ids and frag not in ids[path]: problems.append(f"{n}: link {href!r}: {path} has no anchor #{frag}")
+            elif frag and path in ids and frag not in ids[path]:
+                problems.append(f"{n}: link {href!r}: {path} has no anchor #{frag}")
         if m := NOISE.search(s.get_text()): problems.append(f"{n}: Warp's log on the page ({m[0]!r})")
         cut = [c.get_text().strip() for c in s.select("td, th") if c.get_text().strip().endswith(("…", "..."))]
         if cut: problems.append(f"{n}: {len(cut)} table cell(s) cut short, e.g. {cut[0][-60:]!r}")
     return problems
 
-
 def canvas_coverage(png: bytes):
     "Share of the pixels that differ from the commonest colour (the background), and the number of colours."
     from PIL import Image
-    colours, counts = np.unique(np.asarray(Image.open(BytesIO(png)).convert("RGB")).reshape(-1, 3), axis=0, return_counts=True)
+    px = np.asarray(Image.open(BytesIO(png)).convert("RGB")).reshape(-1, 3)
+    colours, counts = np.unique(px, axis=0, return_counts=True)
     return 1 - counts.max() / counts.sum(), len(colours)
-
 
 def scene_frame(sc: dict):
     "The weights over the kept frames the drawn film shows, if its wireframe, spheres, bodies and placement agree; else"
@@ -59,10 +58,10 @@ def scene_frame(sc: dict):
         w[name] = wn
     if max(np.abs(v - w["film"]).max() for v in w.values()) > 1e-4: return f"the film and its wireframe differ: {w}"
     for name, now in sc["now"].items():
-        if np.abs(np.subtract(now, want := w["film"] @ np.reshape(sc["tracks"][name], (K, 3)))).max() > 1e-5 * (1 + abs(want).max()):
-            return f"{name} is {np.round(np.asarray(now, float), 4).tolist()}, the film at t = {w['film'] @ sc['times']:.3f} s"
+        now, want = np.asarray(now, float), w["film"] @ np.reshape(sc["tracks"][name], (K, 3))
+        if np.abs(now - want).max() > 1e-5 * (1 + abs(want).max()):
+            return f"{name} is {np.round(now, 4).tolist()}, the film at t = {w['film'] @ sc['times']:.3f} s"
     return w["film"]
-
 
 def clock_problem(sc: dict, w):
     "What the view's time label (`t = X s`) or slider readout says that the drawn frame (weights `w`) is not: a time"
@@ -72,37 +71,37 @@ def clock_problem(sc: dict, w):
     bad = [x for x in said if not shown.min() - 1e-3 <= x <= shown.max() + 1e-3]
     return f"it says t = {bad[0]:g} s and shows t = {t:.3f} s" if bad else None if said else "no time label"
 
-
 def chromium():
     "Headless Chromium (Debian's chromium and chromium-driver) through Selenium; chromedriver makes a fresh profile."
     from selenium import webdriver
     o = webdriver.ChromeOptions()
     o.binary_location = shutil.which("chromium")
-    for a in ("--headless", "--no-sandbox", "--enable-unsafe-swiftshader", "--window-size=1400,1000", "--hide-scrollbars"):
+    for a in ("--headless", "--no-sandbox", "--enable-unsafe-swiftshader", "--window-size=1400,1000"):
         o.add_argument(a)
     o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     d = webdriver.Chrome(options=o, service=webdriver.ChromeService(shutil.which("chromedriver")))
     d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": JS})
     return d
 
-
 def check_view(js, name: str, k: int, shots: Path) -> list:
     "A trajectory view's problems on load, playing, paused, after stop and playing again; a screenshot of each."
     if not js("!!rec(arguments[0])", k): return [f"{name}: view {k}: its clip never played"]
     problems, seen = [], []
     for when, button in (("load", None), ("playing", 0), ("paused", 1), ("end", 2), ("replay", 0)):
-        if button is not None: js("views()[arguments[0]].querySelectorAll('.trajectory-play button')[arguments[1]].click()", k, button)
+        if button is not None:
+            js("views()[arguments[0]].querySelectorAll('.trajectory-play button')[arguments[1]].click()", k, button)
         time.sleep(1.5 if button == 0 else 0.2)
         js("views()[arguments[0]]", k).screenshot(str(shots / f"{name}.view{k}.{when}.png"))
         seen.append(w := scene_frame(sc := js("scene(arguments[0])", k)))
         if why := w if isinstance(w, str) else clock_problem(sc, w): problems.append(f"{name}: view {k} {when}: {why}")
-    if not problems and np.abs(seen[0] - seen[3]).max() > 1e-6: problems.append(f"{name}: view {k}: after stop another frame than on load")
-    if not problems and np.abs(seen[3] - seen[4]).max() < 1e-6: problems.append(f"{name}: view {k}: play does nothing after stop")
+    if not problems and np.abs(seen[0] - seen[3]).max() > 1e-6:
+        problems.append(f"{name}: view {k}: after stop another frame than on load")
+    if not problems and np.abs(seen[3] - seen[4]).max() < 1e-6:
+        problems.append(f"{name}: view {k}: play does nothing after stop")
     if min(fill := js("fills(arguments[0])", k)) < SUBJECT:
         problems.append(f"{name}: view {k}: the film covers {min(fill):.1%} of the canvas at kept frame "
                         f"{int(np.argmin(fill))} (at least {SUBJECT:.0%} wanted)")
     return problems
-
 
 def check_page(d, url: str, shots: Path) -> list:
     "Open one page; its problems. Screenshots of the page, its canvases and each trajectory view."
@@ -119,7 +118,6 @@ def check_page(d, url: str, shots: Path) -> list:
         (shots / f"{name}.canvas{i}.png").write_bytes(png := c.screenshot_as_png)
         if (cov := canvas_coverage(png))[0] < 0.01 or cov[1] < 8: problems.append(f"{name}: canvas {i} is blank {cov}")
     return problems + [p for k in range(js("views().length")) for p in check_view(js, name, k, shots)] + errors()
-
 
 def check_pages(base_url: str, pages: list, shots: Path) -> list:
     "Open every page of a served site in Chromium; one line per problem."
