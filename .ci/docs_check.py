@@ -71,18 +71,6 @@ def clock_problem(sc: dict, w):
     bad = [x for x in said if not shown.min() - 1e-3 <= x <= shown.max() + 1e-3]
     return f"it says t = {bad[0]:g} s and shows t = {t:.3f} s" if bad else None if said else "no time label"
 
-def chromium():
-    "Headless Chromium (Debian's chromium and chromium-driver) through Selenium; chromedriver makes a fresh profile."
-    from selenium import webdriver
-    o = webdriver.ChromeOptions()
-    o.binary_location = shutil.which("chromium")
-    for a in ("--headless", "--no-sandbox", "--enable-unsafe-swiftshader", "--window-size=1400,1000"):
-        o.add_argument(a)
-    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(options=o, service=webdriver.ChromeService(shutil.which("chromedriver")))
-    d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": JS})
-    return d
-
 def check_view(js, name: str, k: int, shots: Path) -> list:
     "A trajectory view's problems on load, playing, paused, after stop and playing again; a screenshot of each."
     if not js("!!rec(arguments[0])", k): return [f"{name}: view {k}: its clip never played"]
@@ -121,7 +109,14 @@ def check_page(d, url: str, shots: Path) -> list:
 
 def check_pages(base_url: str, pages: list, shots: Path) -> list:
     "Open every page of a served site in Chromium; one line per problem."
+    from selenium import webdriver  # Debian's chromium and chromium-driver; chromedriver makes a fresh profile
     shots.mkdir(parents=True, exist_ok=True)
-    d = chromium()
+    o = webdriver.ChromeOptions()
+    o.binary_location = shutil.which("chromium")
+    for a in ("--headless", "--no-sandbox", "--enable-unsafe-swiftshader", "--window-size=1400,1000"):
+        o.add_argument(a)
+    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(options=o, service=webdriver.ChromeService(shutil.which("chromedriver")))
+    d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": JS})
     try: return [p for n in pages for p in check_page(d, base_url + n, shots)]
     finally: d.quit()

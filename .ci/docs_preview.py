@@ -13,7 +13,7 @@ from nbclient import NotebookClient
 from nbconvert import HTMLExporter
 from nbconvert.filters import strings
 from nbdev.config import get_config
-from nbdev.doclinks import _nbpath2html
+from nbdev.doclinks import _nbpath2html, nbglob
 from nbdev.process import extract_directives
 from nbdev.processors import FilterDefaults
 
@@ -42,9 +42,8 @@ TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 """
 
 def notebooks():
-    "The site's notebooks, index first (nbdev skips files and folders starting with `_` or `.`)."
-    nbs = [p for p in NBS.rglob("*.ipynb") if not any(s.startswith(("_", ".")) for s in p.relative_to(NBS).parts)]
-    return sorted(nbs, key=lambda p: (p.name != "index.ipynb", str(p)))
+    "The site's notebooks as nbdev finds them (no file or folder starting with `_` or `.`), index first."
+    return sorted(nbglob(NBS, as_path=True), key=lambda p: (p.name != "index.ipynb", str(p)))
 
 def page_name(nb: Path) -> str:
     return _nbpath2html(nb.relative_to(NBS) if nb.is_relative_to(NBS) else Path(nb.name)).as_posix()

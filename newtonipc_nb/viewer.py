@@ -184,7 +184,7 @@ def _body_mover(b: int, vertices, faces, poses, first: int):
     _place(mover, poses[first])
     return mover, poses
 
-# %% ../nbs/00a_viewer.ipynb #24a009f3
+# %% ../nbs/00a_viewer.ipynb #2254d778
 def time_labels(camera, times, start: int):
     """Sprites that write `t = … s` in the top-left corner of `camera`'s picture, one per kept frame time `times`, and
     the clip tracks that show the one nearest to the clip's time: the label is drawn by the same animation as the
