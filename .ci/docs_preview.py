@@ -22,7 +22,8 @@ NBS, OUT = ROOT / "nbs", ROOT / "_docs_preview"
 VENDOR = {"@jupyter-widgets/html-manager@1.0.15": "2b9d65cb7913e1c7d671757a10008b32c9c2448d4429513371e55c07d6107638",
           "requirejs@2.3.7": "31f3330c978fb28684622fe71165dc946432cf0210b2ea8a1ca0233e70f2737d",  # tarballs' SHA-256
           "mathjax@3.2.2": "1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09"}
-KERNEL_SETUP = ["import warp as _wp; _wp.config.log_level = _wp.LOG_WARNING",  # no banner, no "Module ... load"
+KERNEL_SETUP = ["import warp as _wp; _wp.config.log_level = _wp.LOG_WARNING",  # no banner, no "Module ... load";
+                "_wp.init()",  # now, so that its no-CUDA-driver warning goes to the kernel's log, not into a cell
                 "import pandas as _pd; _pd.set_option('display.max_colwidth', None)"]  # table cells never cut
 TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 {%- block html_head_js_requirejs -%}
