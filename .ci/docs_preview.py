@@ -11,8 +11,9 @@ from execnb.nbio import dict2nb, nb2dict
 from jupyter_core.paths import jupyter_path
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
+from nbconvert.filters import strings
 from nbdev.config import get_config
-from nbdev.doclinks import _nbpath2html
+from nbdev.doclinks import _nbpath2html, nbglob
 from nbdev.process import extract_directives
 from nbdev.processors import FilterDefaults
 
@@ -21,7 +22,8 @@ NBS, OUT = ROOT / "nbs", ROOT / "_docs_preview"
 VENDOR = {"@jupyter-widgets/html-manager@1.0.15": "2b9d65cb7913e1c7d671757a10008b32c9c2448d4429513371e55c07d6107638",
           "requirejs@2.3.7": "31f3330c978fb28684622fe71165dc946432cf0210b2ea8a1ca0233e70f2737d",  # tarballs' SHA-256
           "mathjax@3.2.2": "1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09"}
-KERNEL_SETUP = ["import warp as _wp; _wp.config.log_level = _wp.LOG_WARNING",  # no banner, no "Module ... load"
+KERNEL_SETUP = ["import warp as _wp; _wp.config.log_level = _wp.LOG_WARNING",  # no banner, no "Module ... load";
+                "_wp.init()",  # now, so that its no-CUDA-driver warning goes to the kernel's log, not into a cell
                 "import pandas as _pd; _pd.set_option('display.max_colwidth', None)"]  # table cells never cut
 TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 {%- block html_head_js_requirejs -%}
@@ -41,9 +43,8 @@ TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 """
 
 def notebooks():
-    "The site's notebooks, index first (nbdev skips files and folders starting with `_` or `.`)."
-    nbs = [p for p in NBS.rglob("*.ipynb") if not any(s.startswith(("_", ".")) for s in p.relative_to(NBS).parts)]
-    return sorted(nbs, key=lambda p: (p.name != "index.ipynb", str(p)))
+    "The site's notebooks as nbdev finds them (no file or folder starting with `_` or `.`), index first."
+    return sorted(nbglob(NBS, as_path=True), key=lambda p: (p.name != "index.ipynb", str(p)))
 
 def page_name(nb: Path) -> str:
     return _nbpath2html(nb.relative_to(NBS) if nb.is_relative_to(NBS) else Path(nb.name)).as_posix()
@@ -89,6 +90,8 @@ def pandoc_id(text: str) -> str:
     "The id pandoc (so Quarto) gives a heading, which nbdev's doc links point at."
     return re.sub(r"^[^a-z]+", "", re.sub(r"\s+", "-", re.sub(r"[^\w\s.-]", "", text).strip().lower())) or "section"
 
+strings._convert_header_id = pandoc_id  # nbconvert's add_anchor names each heading with this function
+
 def render(nb, path: Path, paths: dict, pages: list) -> str:
     "nbdev's docs processors, then nbconvert's HTML (JupyterLab look), with pandoc's heading ids and relative links."
     import warp
@@ -113,24 +116,14 @@ def render(nb, path: Path, paths: dict, pages: list) -> str:
         paths=json.dumps({k: rel + v for k, v in paths.items()}),
         nav=" · ".join(f'<a href="{rel}{p}">{html.escape(p[:-5])}</a>' for p in pages)))[0]
     body = body.replace(get_config().doc_host + get_config().doc_baseurl + "/", rel or "./")
-    body = re.sub(r'<a href="([^"]+)">source</a>\{target="_blank" style="([^"]*)"\}',  # Quarto's link attributes
+    return re.sub(r'<a href="([^"]+)">source</a>\{target="_blank" style="([^"]*)"\}',  # Quarto's link attributes
                   r'<a href="\1" target="_blank" style="\2">source</a>', body)
-    ids, seen = {}, {}
-    def heading(m):
-        base = pandoc_id(html.unescape(re.sub(r"<[^>]+>", "", m[4])))
-        seen[base] = seen.get(base, -1) + 1
-        ids.setdefault(m[2], base + (f"-{seen[base]}" if seen[base] else ""))
-        return f'<{m[1]} id="{ids[m[2]]}"{m[3]}>{m[4]}</{m[1]}>'
-    body = re.sub(r'<(h[1-6]) id="([^"]*)"([^>]*)>(.*?)</\1>', heading, body, flags=re.S)
-    return re.sub(r'href="#([^"]*)"', lambda m: f'href="#{ids.get(m[1], m[1])}"', body)
 
 def write(dst: Path, text: str):
-    "Write `dst` whole (a temporary file renamed over it), readable by everyone (a web server is another user)."
+    "Write `dst`, readable by everyone (a web server is another user)."
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o644)
-    os.replace(tmp, dst)
+    dst.write_text(text)
+    dst.chmod(0o644)
 
 def build(out=OUT, only=(), force=False, timeout=900, run_flags=()) -> dict:
     "Build the pages older than their notebook or the package (or `only` these, or with `force` all) into `out`."

@@ -1194,5 +1194,6 @@ d = { 'settings': { 'branch': 'main',
                                      'newtonipc_nb.viewer.posed_points': ('viewer.html#posed_points', 'newtonipc_nb/viewer.py'),
                                      'newtonipc_nb.viewer.shape_mesh': ('viewer.html#shape_mesh', 'newtonipc_nb/viewer.py'),
                                      'newtonipc_nb.viewer.sphere_object': ('viewer.html#sphere_object', 'newtonipc_nb/viewer.py'),
+                                     'newtonipc_nb.viewer.time_labels': ('viewer.html#time_labels', 'newtonipc_nb/viewer.py'),
                                      'newtonipc_nb.viewer.trajectory_view': ('viewer.html#trajectory_view', 'newtonipc_nb/viewer.py'),
                                      'newtonipc_nb.viewer.waving_sheet': ('viewer.html#waving_sheet', 'newtonipc_nb/viewer.py')}}}

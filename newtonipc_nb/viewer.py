@@ -13,8 +13,8 @@ import pythreejs as p3
 
 # %% auto #0
 __all__ = ['VIEW_DIRECTION', 'FOV', 'mesh_objects', 'sphere_object', 'look_at_quaternion', 'framing_distance', 'framed_renderer',
-           'mesh_view', 'kept_frames', 'morph_weight_tracks', 'follow_boxes', 'posed_points', 'trajectory_view',
-           'grid_mesh', 'waving_sheet', 'close_widgets', 'shape_mesh']
+           'mesh_view', 'kept_frames', 'morph_weight_tracks', 'follow_boxes', 'posed_points', 'time_labels',
+           'trajectory_view', 'grid_mesh', 'waving_sheet', 'close_widgets', 'shape_mesh']
 
 # %% ../nbs/00a_viewer.ipynb #05f09a9c
 def mesh_objects(vertices, faces, color, opacity=1.0, wireframe=True, morph=None, name=""):
@@ -184,6 +184,28 @@ def _body_mover(b: int, vertices, faces, poses, first: int):
     _place(mover, poses[first])
     return mover, poses
 
+# %% ../nbs/00a_viewer.ipynb #2254d778
+def time_labels(camera, times, start: int):
+    """Sprites that write `t = … s` in the top-left corner of `camera`'s picture, one per kept frame time `times`, and
+    the clip tracks that show the one nearest to the clip's time: the label is drawn by the same animation as the
+    film, so it is right on a saved page (no kernel) whether the clip plays, is paused or stopped."""
+    dist = (camera.near * camera.far) ** 0.5                         # in front of the camera, inside its depth range
+    hh = dist * np.tan(np.radians(camera.fov) / 2)                   # half the picture's height at that distance
+    size, left = 0.5 * hh, -hh * camera.aspect
+    labels = [p3.Sprite(material=p3.SpriteMaterial(map=p3.TextTexture(string=f"t = {t:.3f} s", size=48, color="#333333",
+                                                                      fontFace="sans-serif"),
+                                                   depthTest=False, transparent=True),
+                        position=(left + 0.55 * size, 0.88 * hh, -dist if k == start else dist), scale=(size, size, 1.0),
+                        name=f"label{k}", renderOrder=1) for k, t in enumerate(times)]
+    # A discrete track steps (no blending): label k is in front of the camera from half-way after frame k - 1 to
+    # half-way before frame k + 1, else behind it (not drawn). (Not `.visible`: a boolean array does not reach the
+    # browser; not the opacity: stopping the clip does not restore it.)
+    keys = np.r_[times[0], 0.5 * (times[1:] + times[:-1])].astype(np.float32)
+    return labels, [p3.VectorKeyframeTrack(name=f"{s.name}.position", times=keys, interpolation="InterpolateDiscrete",
+                                           values=np.array([[*s.position[:2], -dist if j == k else dist] for j in range(len(times))],
+                                                           np.float32).ravel()) for k, s in enumerate(labels)]
+
+
 # %% ../nbs/00a_viewer.ipynb #14f7f4d2
 def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: float = 1.0, spheres=None, radii=None,
                     obstacles=(), bodies=(), follow: float | None = 0.2, max_frames: int = 60, frame: int = -1, color="#9ecae1",
@@ -231,6 +253,9 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
         tracks += [p3.VectorKeyframeTrack(name="content.position", times=kt32, values=place.astype(np.float32).ravel()),
                    p3.VectorKeyframeTrack(name="content.scale", times=kt32, values=np.repeat(scale, 3).astype(np.float32))]
     renderer = framed_renderer(children + balls + [m for m, _ in movers], pts, width, height)
+    labels, label_tracks = time_labels(renderer.camera, kt, start)
+    renderer.camera.children = (*renderer.camera.children, *labels)
+    tracks += label_tracks
     uid = uuid.uuid4().hex[:12]  # names the clip after the box, so a page's script can tell which clip a box plays
     clip = p3.AnimationClip(name=f"trajectory {uid}", tracks=tracks, duration=float(kt[-1]))
     action = p3.AnimationAction(p3.AnimationMixer(renderer.scene), clip, renderer.scene, paused=True, timeScale=speed,
@@ -248,6 +273,7 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
         if follow is not None:
             content = renderer.scene.children[0]
             content.position, content.scale = tuple(map(float, place[k])), (float(scale[k]),) * 3
+        for j, label in enumerate(labels): label.position = (*label.position[:2], -abs(label.position[2]) if j == k else abs(label.position[2]))
         at.value = _frame_label(int(keep[k]), T, times)
         box.shown = k
     def on_slider(change):
@@ -262,6 +288,7 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
     kernel = widgets.HBox([widgets.HTML("with a kernel:"), play, slider, at], _dom_classes=("needs-kernel",))
     box = widgets.VBox([renderer, widgets.HBox([action, span]), kernel], _dom_classes=("trajectory-view", f"traj-{uid}"))
     box.renderer, box.action, box.slider, box.play, box.kept, box.shown = renderer, action, slider, play, keep, start
+    box.labels = labels
     return box
 
 def _frame_label(f: int, T: int, times) -> str:

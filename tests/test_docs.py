@@ -211,32 +211,70 @@ T3 = np.arange(3 * 4 * 3, dtype=float).reshape(3, 4, 3)
 S3 = np.array([[0, 0, 0], [1, 0, 0], [2, 0, 0.]])
 
 
-def scene(base, w, wire, ball, label="0.00–1.00 s simulated", readouts=()):
-    return dict(targets=T3.reshape(3, -1).tolist(), base=T3[base].ravel().tolist(),
-                tracks={"sphere0": S3.ravel().tolist()},
-                times=[0, .5, 1], weights={"film": w, "film_wire": wire}, spheres={"sphere0": ball}, label=label,
-                readouts=list(readouts))
+def scene(base, w, wire, ball, label="0.00–1.00 s simulated\nt = 1.0 s", readouts=(), body=None):
+    "A view as docs_check.js reads it: three kept frames, a sphere and a body (at frame `body`, else as the film)."
+    tracks = {"sphere0.position": S3.ravel().tolist(), "body0.position": (S3 + [0, 5, 0]).ravel().tolist()}
+    at = np.asarray(w, float) @ S3 if sum(w) else S3[base]
+    return dict(targets=T3.reshape(3, -1).tolist(), base=T3[base].ravel().tolist(), tracks=tracks, times=[0, .5, 1],
+                weights={"film": w, "film_wire": wire}, label=label, readouts=list(readouts),
+                now={"sphere0.position": ball, "body0.position": (S3[body] if body is not None else at) + [0, 5, 0]})
 
 
 def test_scene_frame_tells_mixed_frames():
-    "Failure mode: mixed trajectory frames (the film, its wireframe and the spheres at different frames)."
+    "Failure mode: mixed trajectory frames (the film, its wireframe, the spheres and the bodies at different frames)."
     f = docs_check.scene_frame
     assert f(scene(2, [0, 0, 1], [0, 0, 1], [2, 0, 0])).tolist() == [0, 0, 1]
     assert f(scene(2, [0, 0, 0], [0, 0, 0], [2, 0, 0])).tolist() == [0, 0, 1]  # weights not applied: base = frame 2
     assert f(scene(0, [0, .25, .75], [0, .25, .75], [1.75, 0, 0])).tolist() == [0, .25, .75]  # mid-play
-    assert f(scene(0, [0, 0, 0], [0, 0, 0], [2, 0, 0])) == "sphere0 is at [2.0, 0.0, 0.0], the film at t = 0.000 s"
+    off = f(scene(0, [0, 0, 0], [0, 0, 0], [2, 0, 0]))
+    assert off == "sphere0.position is [2.0, 0.0, 0.0], the film at t = 0.000 s"
+    assert f(scene(2, [0, 0, 1], [0, 0, 1], [2, 0, 0], body=0)).startswith("body0.position is [0.0, 5.0, 0.0]")
     assert "wireframe" in f(scene(0, [0, 0, 1], [1, 0, 0], [2, 0, 0]))
     assert "sum to 2" in f(scene(0, [0, 1, 1], [0, 1, 1], [2, 0, 0]))
 
 
 def test_clock_problem_tells_a_label_or_slider_off_the_picture():
-    "Failure mode: a label or slider that disagrees with the drawn frame (the bag page's 't = 10.5 s' while playing)."
+    "Failure mode: a label or slider that disagrees with the drawn frame (the bag page's 't = 10.5 s' while playing),"
+    " or a view without a time label."
     w = np.array([0, .5, .5])                                                      # the picture at t = 0.75 s
     c = docs_check.clock_problem
     assert c(scene(0, w, w, [1.5, 0, 0], label="frame 9 of 0–20, t = 0.75 s"), w) is None
-    assert c(scene(0, w, w, [1.5, 0, 0], readouts=["0.8"]), w) is None                    # within half a frame
+    assert c(scene(0, w, w, [1.5, 0, 0], label="t = 0.5 s"), w) is None          # the label of a frame it blends
+    assert c(scene(0, w, w, [1.5, 0, 0], label="", readouts=["0.8"]), w) is None
     assert c(scene(0, w, w, [1.5, 0, 0], label="t = 0.2 s"), w) == "it says t = 0.2 s and shows t = 0.750 s"
     assert c(scene(0, w, w, [1.5, 0, 0], readouts=["0.1"]), w) == "it says t = 0.1 s and shows t = 0.750 s"
+    assert c(scene(0, w, w, [1.5, 0, 0], label="0.00–1.00 s simulated"), w) == "no time label"
+
+
+class FakeView:
+    "What check_view asks of a page, scripted: the scene after each of load, play, pause, stop, play (`frames`)."
+    def __init__(self, frames, fills=(0.5, 0.5, 0.5)):
+        self.frames, self.fills, self.clicks = list(frames), list(fills), 0
+
+    def __call__(self, expr, *args):
+        if expr.startswith("!!rec"): return True
+        if expr.startswith("fills"): return self.fills
+        if expr.endswith(".click()"): self.clicks += 1
+        if expr.startswith("scene"):
+            w = np.eye(3)[self.frames[self.clicks]]
+            return scene(0, w, w, S3[self.frames[self.clicks]].tolist(), label=f"t = {w @ [0, .5, 1]} s")
+        return self
+
+    def screenshot(self, path): pass
+
+
+@pytest.mark.parametrize("frames, fills, expect", [
+    ([2, 1, 1, 2, 0], (0.5, 0.5, 0.5), None),
+    ([2, 1, 1, 0, 1], (0.5, 0.5, 0.5), "v.html: view 0: after stop another frame than on load"),
+    ([2, 1, 1, 2, 2], (0.5, 0.5, 0.5), "v.html: view 0: play does nothing after stop"),
+    ([2, 1, 1, 2, 0], (0.5, 0.1, 0.5), "v.html: view 0: the film covers 10.0% of the canvas at kept frame 1"),
+])
+def test_check_view_follows_the_clip_through_its_buttons(tmp_path, monkeypatch, frames, fills, expect):
+    "Failure modes: a view that shows another frame after stop than on load, a play button that does nothing after"
+    " stop, and a film that covers less than 15 % of the canvas at a kept frame (what fills() measures in the page)."
+    monkeypatch.setattr(docs_check.time, "sleep", lambda seconds: None)  # nothing plays: no waiting for the clip
+    problems = docs_check.check_view(FakeView(frames, fills), "v.html", 0, tmp_path)
+    assert problems == ([] if expect is None else [problems[0]]) and (expect is None or problems[0].startswith(expect))
 
 
 def test_trajectory_view_keeps_one_frame_for_every_object():
@@ -257,6 +295,7 @@ def test_trajectory_view_keeps_one_frame_for_every_object():
             np.testing.assert_allclose(content.scale, tracks["content.scale"].reshape(-1, 3)[k], rtol=1e-6)
             np.testing.assert_allclose(content.position, tracks["content.position"].reshape(-1, 3)[k], atol=1e-7)
             assert tv.slider.value == f
+            assert [label.position[2] < 0 for label in tv.labels] == [j == k for j in range(40)]  # time label
             assert f"frame {f} of 0–89, t = {times[f]:.3f} s" in tv.children[2].children[3].value
         check(39)
         np.testing.assert_allclose(film.geometry.attributes["position"].array, wf[-1], atol=1e-6)  # base: on-load frame

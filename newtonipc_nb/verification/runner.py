@@ -106,7 +106,7 @@ def _rejects(kind: str, edit) -> tuple[bool, str]:
         SolverIPC(model).step(s0, s1, None, None, 1 / 240)
         msg, raised = "accepted (no error)", False
     except SolverError as e:
-        msg, raised = f"SolverError: {str(e)[:60]}", "invalid start" in str(e)
+        msg, raised = f"SolverError: {e}", "invalid start" in str(e)
     after = [a.numpy() for a in (s0.particle_q, s0.particle_qd, s1.particle_q, s1.particle_qd)]
     untouched = all(np.array_equal(a, b) for a, b in zip(before, after))
     return raised and untouched, f"{msg}; arrays untouched: {untouched}"
@@ -321,7 +321,7 @@ def check_bag_full(out=None, until: float = 10.5) -> list[Verdict]:
         run_bag(until, out=out, progress=False)
         stopped = "completed"
     except Exception as e:
-        stopped = f"{type(e).__name__}: {str(e)[:80]}"
+        stopped = f"{type(e).__name__}: {e}"
     t = load_trajectory(out)
     m = measure(t).set_index("measure")["value"]
     osc = oscillation(t)
@@ -346,7 +346,7 @@ def _guard(name: str, fn) -> list[Verdict]:
         out = fn()
         out = out if isinstance(out, list) else [out]
     except Exception as e:                                   # a crashing check is a failing check
-        out = [Verdict(name, "runs", f"{type(e).__name__}: {str(e)[:100]}", "", False)]
+        out = [Verdict(name, "runs", f"{type(e).__name__}: {e}", "", False)]
     out[0].seconds = time.perf_counter() - t       # the group's time, on its first row (the rows share one computation)
     return out
 
