@@ -179,7 +179,8 @@ def test_nothing_to_move_is_a_converged_step():
 @pytest.mark.parametrize("option, value", [("max_iterations", 0), ("line_search_trials", 0), ("max_subdivisions", -1),
                                            ("tolerance", 0.0), ("dhat", float("nan")), ("kappa", -1.0), ("friction", -0.1),
                                            ("min_gap", 2e-3), ("skin", float("inf")), ("membrane", "linear"), ("step_bound", "exact"),
-                                           ("linear_solver", "lu"), ("max_iterations", 2.5), ("observer", 3)])
+                                           ("linear_solver", "lu"), ("max_iterations", 2.5), ("observer", 3),
+                                           ("barrier_hessian", "exact")])
 def test_bad_options_are_refused_at_construction(option, value):
     model, _ = hinge_scene("vt")
     with pytest.raises(ValueError, match=option):
