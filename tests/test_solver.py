@@ -203,6 +203,7 @@ def test_observer_sees_every_iteration():
     assert all(0 <= a <= 1 for _, a, _ in seen) and all(n > 0 for _, _, n in seen)
 
 
+@pytest.mark.slow
 def test_host_reads_per_newton_iteration():
     "Every small device-to-host copy in the Newton loop, counted on a sheet draped over a sphere (contacts active)."
     model, _ = sheet_on_sphere(21, 0.1)
