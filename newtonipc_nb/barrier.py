@@ -100,7 +100,7 @@ def _motion_kernel(x: wp.array(dtype=wp.vec3d), ref: wp.array(dtype=wp.vec3d), o
 
 @wp.func
 def _screen_limit(base: wp.float64, use_motion: wp.int32, scalars: wp.array(dtype=wp.float64)) -> wp.float64:
-    "base + M, M = 2 max‖x − x_ref‖ (slightly grown, read from scalars[0]) when `use_motion`, else base (a fresh reference)."
+    "base + M, M = 2 max‖x − x_ref‖ (grown a little; scalars[0]) when `use_motion`, else base (a fresh reference)."
     m = wp.float64(0.0)
     if use_motion != 0:
         m = wp.float64(2.0) * scalars[0] * wp.float64(1.000000001) + wp.float64(1e-12)
@@ -117,7 +117,7 @@ def _screened_active_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=w
                             offsets: wp.array(dtype=wp.float64), ref_gaps: wp.array(dtype=wp.float64), use_motion: wp.int32,
                             scalars: wp.array(dtype=wp.float64), dhat: wp.float64, count: wp.array(dtype=wp.int32),
                             active: wp.array(dtype=wp.int32)):
-    "Compact the candidates whose barrier is active at x (0 < g < d̂), computing g only where the reference gap is below d̂ + M."
+    "Compact the candidates whose barrier is active at x (0 < g < d̂); g only where the reference gap is below d̂ + M."
     c = wp.tid()
     if ref_gaps[c] < _screen_limit(dhat, use_motion, scalars):
         w, r = _candidate(pairs[c], kinds[c], x)
@@ -131,7 +131,7 @@ def _screened_near_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.
                           scalars: wp.array(dtype=wp.float64), limit: wp.float64, count: wp.array(dtype=wp.int32),
                           near_pairs: wp.array(dtype=wp.vec4i), near_kinds: wp.array(dtype=wp.int32),
                           near_offsets: wp.array(dtype=wp.float64)):
-    "Copy the candidates with g(x) < `limit` into the near set, computing g only where the reference gap is below limit + M."
+    "Copy the candidates with g(x) < `limit` into the near set; g only where the reference gap is below limit + M."
     c = wp.tid()
     if ref_gaps[c] < _screen_limit(limit, use_motion, scalars):
         w, r = _candidate(pairs[c], kinds[c], x)
@@ -387,7 +387,7 @@ class BarrierTerm(EnergyTerm):
         self.provider, self.dhat, self.kappa, self.hessian = contacts, float(dhat), float(kappa), hessian
         self._active, self._active_count = wp.zeros(1, dtype=wp.int32, device=cs.device), wp.zeros(1, dtype=wp.int32, device=cs.device)
         self._ref_gaps, self._ref_x, self._ref_of = wp.zeros(1, dtype=wp.float64, device=cs.device), None, None
-        self._scalars = wp.zeros(3, dtype=wp.float64, device=cs.device)    # [max motion since the reference, count, flag]
+        self._scalars = wp.zeros(3, dtype=wp.float64, device=cs.device)    # [motion since the reference, count, flag]
         self._no_flag = wp.zeros(1, dtype=wp.int32, device=cs.device)
         self.flag = 0                       # the caller's flag read with the last near set's count
         self._prepared = None

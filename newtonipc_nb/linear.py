@@ -120,7 +120,7 @@ class NewtonSystem:
         self.rhs = wp.zeros(n, dtype=wp.vec3d, device=d)
         self.D = wp.ones(n, dtype=wp.vec3d, device=d)
         self.H = wps.bsr_zeros(n, n, wp.mat33d, device=d)
-        self._flags = wp.zeros(2, dtype=wp.int32, device=d)          # [blocks outside the pattern, bad diagonals]: one read
+        self._flags = wp.zeros(2, dtype=wp.int32, device=d)      # [blocks outside the pattern, bad diagonals]: one read
         self._missed, self._bad = self._flags[0:1], self._flags[1:2]
         self._checked = None                # the bad-diagonal count `assemble` read with the pattern check
         self._hint = wp.full(1, -1, dtype=wp.int32, device=d)       # per triplet: the block it was added to last time

@@ -102,7 +102,7 @@ def _axpy(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), alpha: wp.f
 @wp.kernel
 def _axpy_bounded(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), pack: wp.array(dtype=wp.float64), normal: wp.int32,
                   out: wp.array(dtype=wp.vec3d)):
-    "out = x + α Δx with α the step bound of the smallest per-candidate bound pack[1], as `bound_from_minimum` makes it."
+    "out = x + α Δx, α the step bound from the smallest per-candidate bound pack[1], as `bound_from_minimum` makes it."
     i = wp.tid()
     m = pack[1]
     alpha = wp.min(wp.float64(1.0), wp.max(wp.float64(0.0), m))
