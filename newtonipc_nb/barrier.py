@@ -12,11 +12,11 @@ import warp as wp
 
 from .candidates import ContactSet
 from .checks import vec3d_array
-from .distances import candidate_weights, weighted_sum
-from .terms import EnergyTerm, HessianBlocks, add_gradient, skip_block, write_block
+from .distances import KIND_EE, KIND_SF, KIND_VP, KIND_VT, candidate_weights, weighted_sum
+from .terms import EnergyTerm, HessianBlocks, add_gradient, read_back, skip_block, write_block
 
 # %% auto #0
-__all__ = ['barrier', 'barrier_d1', 'barrier_d2', 'barrier_values', 'BarrierTerm']
+__all__ = ['HESSIAN_MODES', 'barrier', 'barrier_d1', 'barrier_d2', 'barrier_values', 'psd_projection5', 'BarrierTerm']
 
 # %% ../nbs/05_contact_barrier.ipynb #20783398
 @wp.func
@@ -98,13 +98,28 @@ def _motion_kernel(x: wp.array(dtype=wp.vec3d), ref: wp.array(dtype=wp.vec3d), o
     i = wp.tid()
     wp.atomic_max(out, 0, wp.length(x[i] - ref[i]))
 
+@wp.func
+def _screen_limit(base: wp.float64, use_motion: wp.int32, scalars: wp.array(dtype=wp.float64)) -> wp.float64:
+    "base + M, M = 2 max‖x − x_ref‖ (grown a little; scalars[0]) when `use_motion`, else base (a fresh reference)."
+    m = wp.float64(0.0)
+    if use_motion != 0:
+        m = wp.float64(2.0) * scalars[0] * wp.float64(1.000000001) + wp.float64(1e-12)
+    return base + m
+
+@wp.kernel
+def _pack_count(count: wp.array(dtype=wp.int32), flag: wp.array(dtype=wp.int32), scalars: wp.array(dtype=wp.float64)):
+    "scalars[1] = count[0], scalars[2] = flag[0]: the motion, the count and a caller's flag come back in one read."
+    scalars[1] = wp.float64(count[0])
+    scalars[2] = wp.float64(flag[0])
+
 @wp.kernel
 def _screened_active_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-                            offsets: wp.array(dtype=wp.float64), ref_gaps: wp.array(dtype=wp.float64), screen: wp.float64,
-                            dhat: wp.float64, count: wp.array(dtype=wp.int32), active: wp.array(dtype=wp.int32)):
-    "Compact the candidates whose barrier is active at x (0 < g < d̂), computing g only where the reference gap is below `screen`."
+                            offsets: wp.array(dtype=wp.float64), ref_gaps: wp.array(dtype=wp.float64), use_motion: wp.int32,
+                            scalars: wp.array(dtype=wp.float64), dhat: wp.float64, count: wp.array(dtype=wp.int32),
+                            active: wp.array(dtype=wp.int32)):
+    "Compact the candidates whose barrier is active at x (0 < g < d̂); g only where the reference gap is below d̂ + M."
     c = wp.tid()
-    if ref_gaps[c] < screen:
+    if ref_gaps[c] < _screen_limit(dhat, use_motion, scalars):
         w, r = _candidate(pairs[c], kinds[c], x)
         g = wp.length(r) - offsets[c]
         if g > wp.float64(0.0) and g < dhat:
@@ -112,12 +127,13 @@ def _screened_active_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=w
 
 @wp.kernel
 def _screened_near_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-                          offsets: wp.array(dtype=wp.float64), ref_gaps: wp.array(dtype=wp.float64), screen: wp.float64,
-                          limit: wp.float64, count: wp.array(dtype=wp.int32), near_pairs: wp.array(dtype=wp.vec4i),
-                          near_kinds: wp.array(dtype=wp.int32), near_offsets: wp.array(dtype=wp.float64)):
-    "Copy the candidates with g(x) < `limit` into the near set, computing g only where the reference gap is below `screen`."
+                          offsets: wp.array(dtype=wp.float64), ref_gaps: wp.array(dtype=wp.float64), use_motion: wp.int32,
+                          scalars: wp.array(dtype=wp.float64), limit: wp.float64, count: wp.array(dtype=wp.int32),
+                          near_pairs: wp.array(dtype=wp.vec4i), near_kinds: wp.array(dtype=wp.int32),
+                          near_offsets: wp.array(dtype=wp.float64)):
+    "Copy the candidates with g(x) < `limit` into the near set; g only where the reference gap is below limit + M."
     c = wp.tid()
-    if ref_gaps[c] < screen:
+    if ref_gaps[c] < _screen_limit(limit, use_motion, scalars):
         w, r = _candidate(pairs[c], kinds[c], x)
         if wp.length(r) - offsets[c] < limit:
             k = wp.atomic_add(count, 0, 1)
@@ -125,39 +141,228 @@ def _screened_near_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.
             near_kinds[k] = kinds[c]
             near_offsets[k] = offsets[c]
 
+# %% ../nbs/05_contact_barrier.ipynb #5279ec4a
+_mat55d = wp.types.matrix(shape=(5, 5), dtype=wp.float64)
+_mat35d = wp.types.matrix(shape=(3, 5), dtype=wp.float64)
+HESSIAN_MODES = ("projected", "gauss-newton", "exact")
+_MODE_CODES = {"gauss-newton": 0, "projected": 1, "exact": 2}     # the accumulate kernel's `mode`
+
+@wp.func
+def psd_projection5(A: _mat55d) -> _mat55d:
+    "The PSD part of a symmetric 5×5 matrix: cyclic Jacobi rotations to its eigenbasis, negative eigenvalues set to 0."
+    V = wp.identity(n=5, dtype=wp.float64)
+    for _sweep in range(20):
+        off = wp.float64(0.0)
+        diag = wp.float64(0.0)
+        for p in range(5):
+            diag += A[p, p] * A[p, p]
+            for q in range(p + 1, 5):
+                off += A[p, q] * A[p, q]
+        if off <= wp.float64(1e-32) * diag:
+            break
+        for p in range(4):
+            for q in range(p + 1, 5):
+                apq = A[p, q]
+                if apq != wp.float64(0.0):
+                    # the rotation that zeroes A[p, q] (the smaller root t for stability)
+                    theta = (A[q, q] - A[p, p]) / (wp.float64(2.0) * apq)
+                    t = wp.float64(1.0)
+                    if theta != wp.float64(0.0):
+                        t = wp.sign(theta) / (wp.abs(theta) + wp.sqrt(theta * theta + wp.float64(1.0)))
+                    c = wp.float64(1.0) / wp.sqrt(t * t + wp.float64(1.0))
+                    s = t * c
+                    for k in range(5):
+                        akp = A[k, p]
+                        akq = A[k, q]
+                        A[k, p] = c * akp - s * akq
+                        A[k, q] = s * akp + c * akq
+                    for k in range(5):
+                        apk = A[p, k]
+                        aqk = A[q, k]
+                        A[p, k] = c * apk - s * aqk
+                        A[q, k] = s * apk + c * aqk
+                    for k in range(5):
+                        vkp = V[k, p]
+                        vkq = V[k, q]
+                        V[k, p] = c * vkp - s * vkq
+                        V[k, q] = s * vkp + c * vkq
+    out = _mat55d()
+    for p in range(5):
+        lam = wp.max(A[p, p], wp.float64(0.0))
+        for i in range(5):
+            for j in range(5):
+                out[i, j] = out[i, j] + lam * V[i, p] * V[j, p]
+    return out
+
+# %% ../nbs/05_contact_barrier.ipynb #62dd30d7
+_VT, _EE, _SF, _VP = wp.constant(KIND_VT), wp.constant(KIND_EE), wp.constant(KIND_SF), wp.constant(KIND_VP)
+_vec5d = wp.types.vector(length=5, dtype=wp.float64)
+
+@wp.func
+def _free_directions(kind: wp.int32, w: wp.vec4d):
+    """(d1, d2, k): the k ≤ 2 directions in weight space along which the closest points slide. A weight clamped at a
+    vertex or an edge of its primitive is fixed; weights strictly inside move (a plane's never clamp)."""
+    one = wp.float64(1.0)
+    zero = wp.float64(0.0)
+    d1 = wp.vec4d()
+    d2 = wp.vec4d()
+    k = int(0)
+    if kind == _VP:
+        d1 = wp.vec4d(zero, one, -one, zero)
+        d2 = wp.vec4d(zero, one, zero, -one)
+        k = 2
+    elif kind == _EE:
+        if w[0] != zero and w[1] != zero:            # s inside (0, 1)
+            d1 = wp.vec4d(one, -one, zero, zero)
+            k = 1
+        if w[2] != zero and w[3] != zero:            # t inside (0, 1)
+            if k == 0:
+                d1 = wp.vec4d(zero, zero, one, -one)
+            else:
+                d2 = wp.vec4d(zero, zero, one, -one)
+            k += 1
+    elif kind == _VT or kind == _SF:
+        idx = wp.vec3i()
+        m = int(0)
+        for a in range(1, 4):                        # the triangle's nonzero barycentric weights
+            if w[a] != zero:
+                idx[m] = a
+                m += 1
+        if m >= 2:                                   # on an edge: slide along it
+            d1[idx[0]] = one
+            d1[idx[1]] = -one
+            k = 1
+        if m == 3:                                   # inside the face: slide in it
+            d2[idx[0]] = one
+            d2[idx[2]] = -one
+            k = 2
+    return d1, d2, k
+
+@wp.func
+def _unit_orthogonal(v: wp.vec4d, q1: wp.vec4d, q2: wp.vec4d) -> wp.vec4d:
+    "v minus its parts along the orthonormal q1, q2, normalised (0 if nothing is left)."
+    u = v - wp.dot(v, q1) * q1 - wp.dot(v, q2) * q2
+    l = wp.length(u)
+    if l > wp.float64(1e-12) * wp.length(v):
+        u = u / l
+    else:
+        u = wp.vec4d()
+    return u
+
+@wp.func
+def _contact_hessian(kind: wp.int32, p: wp.vec4i, w: wp.vec4d, r: wp.vec3d, x: wp.array(dtype=wp.vec3d),
+                     d1: wp.float64, d2: wp.float64):
+    """The barrier Hessian B″∇g∇gᵀ + B′∇²g of one active contact in a 5-d orthonormal basis of the 12-d space it lives
+    in, returned as (S, q1, q2, q3, n, t1, t2): basis vector α is q_α ⊗ n (α < 3) or q1 ⊗ t_{α−2}, where the q are
+    orthonormal weight vectors and (n, t1, t2) an orthonormal frame. ∇²g is the Schur complement of the closest-point
+    problem: with f = ½‖r‖², F = ∂²f/∂x∂ξ and G = ∂²f/∂ξ² over the free parameters ξ,
+    ∇²g = (JᵀPJ − F G⁻¹ Fᵀ)/‖r‖ (J = ∂r/∂x at fixed ξ, P = I − nnᵀ)."""
+    rho = wp.length(r)
+    n = r / rho
+    a = wp.vec3d(wp.float64(1.0), wp.float64(0.0), wp.float64(0.0))
+    if wp.abs(n[0]) > wp.float64(0.6):
+        a = wp.vec3d(wp.float64(0.0), wp.float64(1.0), wp.float64(0.0))
+    t1 = wp.normalize(wp.cross(n, a))
+    t2 = wp.cross(n, t1)
+    dir1, dir2, k = _free_directions(kind, w)
+    e1 = wp.vec3d()
+    e2 = wp.vec3d()
+    for b in range(4):
+        e1 += dir1[b] * x[p[b]]
+        e2 += dir2[b] * x[p[b]]
+    g11 = wp.dot(e1, e1)
+    g12 = wp.dot(e1, e2)
+    g22 = wp.dot(e2, e2)
+    det = g11 * g22 - g12 * g12
+    if k == 2 and not (det > wp.float64(1e-12) * g11 * g22):
+        k = 0                                        # (near-)parallel sliding directions: no curvature term
+    if k == 1 and not (g11 > wp.float64(0.0)):
+        k = 0
+    wn = wp.length(w)
+    zero4 = wp.vec4d()
+    q1 = w / wn
+    q2 = zero4
+    q3 = zero4
+    if k >= 1:
+        q2 = _unit_orthogonal(dir1, q1, zero4)
+    if k == 2:
+        q3 = _unit_orthogonal(dir2, q1, q2)
+    S = _mat55d()
+    S[0, 0] = d2 * wn * wn
+    c = d1 / rho
+    S[3, 3] = c * wn * wn
+    S[4, 4] = c * wn * wn
+    # F's columns in the basis: ρ d ⊗ n + w ⊗ e has coordinates ρ(q·d) + |w|(e·n)[α = 0], and |w|(e·t) on α = 3, 4
+    f1 = _vec5d(rho * wp.dot(q1, dir1) + wn * wp.dot(e1, n), rho * wp.dot(q2, dir1), rho * wp.dot(q3, dir1),
+                wn * wp.dot(e1, t1), wn * wp.dot(e1, t2))
+    f2 = _vec5d(rho * wp.dot(q1, dir2) + wn * wp.dot(e2, n), rho * wp.dot(q2, dir2), rho * wp.dot(q3, dir2),
+                wn * wp.dot(e2, t1), wn * wp.dot(e2, t2))
+    if k == 1:
+        S -= (c / g11) * wp.outer(f1, f1)
+    elif k == 2:                                     # G⁻¹ = [[g22, −g12], [−g12, g11]] / det
+        S -= (c / det) * (g22 * wp.outer(f1, f1) - g12 * (wp.outer(f1, f2) + wp.outer(f2, f1)) + g11 * wp.outer(f2, f2))
+    return S, q1, q2, q3, n, t1, t2
+
+@wp.func
+def _basis_rows(a: int, q1: wp.vec4d, q2: wp.vec4d, q3: wp.vec4d, n: wp.vec3d, t1: wp.vec3d, t2: wp.vec3d) -> _mat35d:
+    "Particle slot a's 3 rows of the 12 × 5 basis: columns q1[a] n, q2[a] n, q3[a] n, q1[a] t1, q1[a] t2."
+    M = _mat35d()
+    for i in range(3):
+        M[i, 0] = q1[a] * n[i]
+        M[i, 1] = q2[a] * n[i]
+        M[i, 2] = q3[a] * n[i]
+        M[i, 3] = q1[a] * t1[i]
+        M[i, 4] = q1[a] * t2[i]
+    return M
+
 # %% ../nbs/05_contact_barrier.ipynb #4514ed7f
 @wp.kernel
 def _barrier_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
                                offsets: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64, select: wp.array(dtype=wp.int32),
-                               all_candidates: wp.int32, block_offset: wp.int32,
+                               all_candidates: wp.int32, block_offset: wp.int32, mode: wp.int32,
                                grad: wp.array(dtype=wp.vec3d), rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32),
                                vals: wp.array(dtype=wp.mat33d)):
-    "16 blocks per candidate, candidate `select[tid]` (or `tid` when `all_candidates`); an inactive one writes unused (−1) slots."
+    """16 blocks per candidate, candidate `select[tid]` (or `tid` when `all_candidates`); an inactive one writes unused
+    (−1) slots. `mode` 0: Gauss–Newton B″ w_a w_b nnᵀ; 1: the whole local Hessian projected to PSD; 2: unprojected."""
     t = wp.tid()
     c = t
     if all_candidates == 0:
         c = select[t]
     p = pairs[c]
-    w, r = _candidate(p, kinds[c], x)
+    kind = kinds[c]
+    w, r = _candidate(p, kind, x)
     rn = wp.length(r)
     g = rn - offsets[c]
     base = block_offset + 16 * t
+    active = g > wp.float64(0.0) and g < dhat
+    d1 = wp.float64(0.0)
     d2 = wp.float64(0.0)
     n = wp.vec3d()
-    if g > wp.float64(0.0) and g < dhat:
+    if active:
         n = r / rn
         d1 = barrier_d1(g, dhat, k)
         for a in range(4):
             add_gradient(grad, p[a], (d1 * w[a]) * n)
         d2 = barrier_d2(g, dhat, k)
-    nn = wp.outer(n, n)
-    for a in range(4):
-        for b in range(4):
-            s = base + 4 * a + b
-            if d2 > wp.float64(0.0):
-                write_block(rows, cols, vals, s, p[a], p[b], (d2 * w[a] * w[b]) * nn)
-            else:
-                skip_block(rows, cols, vals, s)
+    if active and mode != 0:
+        S, q1, q2, q3, n, t1, t2 = _contact_hessian(kind, p, w, r, x, d1, d2)
+        if mode == 1:
+            S = psd_projection5(S)
+        for a in range(4):
+            Ma = _basis_rows(a, q1, q2, q3, n, t1, t2)
+            MaS = Ma * S
+            for b in range(4):
+                Mb = _basis_rows(b, q1, q2, q3, n, t1, t2)
+                write_block(rows, cols, vals, base + 4 * a + b, p[a], p[b], MaS * wp.transpose(Mb))
+    else:
+        nn = wp.outer(n, n)
+        for a in range(4):
+            for b in range(4):
+                s = base + 4 * a + b
+                if d2 > wp.float64(0.0):
+                    write_block(rows, cols, vals, s, p[a], p[b], (d2 * w[a] * w[b]) * nn)
+                else:
+                    skip_block(rows, cols, vals, s)
 
 # %% ../nbs/05_contact_barrier.ipynb #bd0b99ea
 def _resolve_contacts(provider) -> ContactSet:
@@ -172,14 +377,19 @@ def _resolve_contacts(provider) -> ContactSet:
 
 # %% ../nbs/05_contact_barrier.ipynb #f14c7b49
 class BarrierTerm(EnergyTerm):
-    "The IPC log barrier Σ B(g) over the candidates of `contacts`: `dhat` in m, `kappa` = k in N/m."
-    def __init__(self, contacts, *, dhat: float = 1e-3, kappa: float = 1000.0):
+    """The IPC log barrier Σ B(g) over the candidates of `contacts`: `dhat` in m, `kappa` = k in N/m. `hessian`: the
+    contact blocks, "projected" (each contact's whole Hessian, projected to PSD), "gauss-newton" (B″∇g∇gᵀ) or "exact"."""
+    def __init__(self, contacts, *, dhat: float = 1e-3, kappa: float = 1000.0, hessian: str = "projected"):
         if not (dhat > 0 and kappa > 0): raise ValueError(f"BarrierTerm needs dhat > 0 and kappa > 0; got dhat={dhat}, kappa={kappa}")
+        if hessian not in HESSIAN_MODES:
+            raise ValueError(f"BarrierTerm: hessian must be one of {', '.join(map(repr, HESSIAN_MODES))}; got {hessian!r}")
         cs = _resolve_contacts(contacts)
-        self.provider, self.dhat, self.kappa = contacts, float(dhat), float(kappa)
+        self.provider, self.dhat, self.kappa, self.hessian = contacts, float(dhat), float(kappa), hessian
         self._active, self._active_count = wp.zeros(1, dtype=wp.int32, device=cs.device), wp.zeros(1, dtype=wp.int32, device=cs.device)
         self._ref_gaps, self._ref_x, self._ref_of = wp.zeros(1, dtype=wp.float64, device=cs.device), None, None
-        self._motion = wp.zeros(1, dtype=wp.float64, device=cs.device)
+        self._scalars = wp.zeros(3, dtype=wp.float64, device=cs.device)    # [motion since the reference, count, flag]
+        self._no_flag = wp.zeros(1, dtype=wp.int32, device=cs.device)
+        self.flag = 0                       # the caller's flag read with the last near set's count
         self._prepared = None
         self._scope = None
 
@@ -222,17 +432,17 @@ class BarrierTerm(EnergyTerm):
             wp.launch(_barrier_energy_kernel, dim=cs.count, device=cs.device,
                       inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa)], outputs=[out])
 
-    def _screen(self, x: wp.array, cs: ContactSet, full: bool = False) -> float:
-        """M = 2 max‖x − x_ref‖ over particles, with every candidate's gap g_ref known at x_ref. A gap changes by at most twice
-        the largest vertex motion, so g(x) ≥ g_ref − M: a candidate with g_ref ≥ t + M cannot have g(x) < t, and its gap
-        need not be computed. The reference is retaken (one pass over every candidate) when the candidate set changed,
-        when M exceeds d̂, or when `full`."""
+    def _screen(self, x: wp.array, cs: ContactSet, full: bool = False) -> int:
+        """Start a screen: M = 2 max‖x − x_ref‖ over particles, with every candidate's gap g_ref known at x_ref. A gap
+        changes by at most twice the largest vertex motion, so g(x) ≥ g_ref − M: a candidate with g_ref ≥ t + M cannot
+        have g(x) < t, and its gap need not be computed. The motion goes into self._scalars[0] on the device (returns 1),
+        for the screening kernel to read; the reference is retaken instead (one pass over every candidate, returns 0)
+        when the candidate set changed, when the last screen found M above d̂, or when `full`."""
+        self._scalars.zero_()
         same = self._ref_of == (cs, cs.version, cs.count) and self._ref_x is not None and self._ref_x.shape == x.shape
         if same and not full:
-            self._motion.zero_()
-            wp.launch(_motion_kernel, dim=x.shape[0], inputs=[x, self._ref_x, self._motion], device=cs.device)
-            m = 2.0 * float(self._motion.numpy()[0])
-            if m <= self.dhat: return m * (1.0 + 1e-9) + 1e-12
+            wp.launch(_motion_kernel, dim=x.shape[0], inputs=[x, self._ref_x, self._scalars], device=cs.device)
+            return 1
         self._ref_of = None         # the reference is rewritten: a rewrite cut short must not be taken for a whole one
         if self._ref_gaps.shape[0] < cs.count:
             self._ref_gaps = wp.zeros(int(1.5 * cs.count) + 16, dtype=wp.float64, device=cs.device)
@@ -242,31 +452,42 @@ class BarrierTerm(EnergyTerm):
         if self._ref_x is None or self._ref_x.shape != x.shape: self._ref_x = wp.empty_like(x)
         wp.copy(self._ref_x, x)
         self._ref_of = (cs, cs.version, cs.count)
-        return 0.0
+        return 0
+
+    def _finish_screen(self, flag: wp.array | None = None) -> int:
+        """Read the motion, the count (and a caller's int32 device `flag`, kept in `self.flag`) in one host read; a motion
+        above d̂/2 retakes the reference at the next screen."""
+        wp.launch(_pack_count, dim=1, inputs=[self._active_count, self._no_flag if flag is None else flag, self._scalars],
+                  device=self._scalars.device)
+        motion, count, f = read_back(self._scalars)
+        if 2.0 * motion > self.dhat: self._ref_of = None
+        self.flag = int(f)
+        return int(count)
 
     def prepare(self, x: wp.array) -> None:
         """Select the candidates whose barrier is active at x (0 < g < d̂): the next `num_blocks`/`accumulate` cover only
         those. Without it (or after that `accumulate`), every candidate gets its 16 slots, unused ones marked −1."""
         cs = self.contacts; self._check_x(x, cs)
-        m = self._screen(x, cs)
+        use = self._screen(x, cs)
         self._active_count.zero_()
         if cs.count:
             wp.launch(_screened_active_kernel, dim=cs.count, device=cs.device, inputs=[x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
-                      wp.float64(self.dhat + m), wp.float64(self.dhat)], outputs=[self._active_count, self._active])
-        self._prepared = (cs, cs.count, int(self._active_count.numpy()[0]))
+                      wp.int32(use), self._scalars, wp.float64(self.dhat)], outputs=[self._active_count, self._active])
+        self._prepared = (cs, cs.count, self._finish_screen())
 
-    def near(self, x: wp.array, reach: float, out: ContactSet | None = None) -> ContactSet:
+    def near(self, x: wp.array, reach: float, out: ContactSet | None = None, flag: wp.array | None = None) -> ContactSet:
         """The candidates that can come within d̂ (or collide) while no particle moves more than `reach`/2 from x:
         a gap changes by at most twice the largest vertex motion, so only those with g(x) < d̂ + reach matter
-        (`out` is reused when large enough)."""
+        (`out` is reused when large enough). A device `flag` (int32[1]) is read back with the count into `self.flag`."""
         cs = self.contacts; self._check_x(x, cs)
-        m = self._screen(x, cs)
+        use = self._screen(x, cs)
         if out is None or out.capacity < cs.count: out = ContactSet.allocate(max(cs.count, 1), device=cs.device)
         self._active_count.zero_()
         if cs.count:
             wp.launch(_screened_near_kernel, dim=cs.count, device=cs.device, inputs=[x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
-                      wp.float64(self.dhat + reach + m), wp.float64(self.dhat + reach)], outputs=[self._active_count, out.pairs, out.kind, out.offset])
-        out.count = int(self._active_count.numpy()[0])
+                      wp.int32(use), self._scalars, wp.float64(self.dhat + reach)],
+                      outputs=[self._active_count, out.pairs, out.kind, out.offset])
+        out.count = self._finish_screen(flag)
         return out
 
     def _selection(self):
@@ -283,7 +504,7 @@ class BarrierTerm(EnergyTerm):
     def num_blocks(self) -> int: return 16 * self._selection()[0]
 
     def accumulate(self, x: wp.array, grad: wp.array, blocks: HessianBlocks, offset: int) -> None:
-        "Add B′·j into `grad` and write the 16 blocks B″ w_a w_b n nᵀ of every selected candidate at [offset, offset + num_blocks())."
+        "Add B′·j into `grad` and write the 16 Hessian blocks (as `hessian` says) of every selected candidate at [offset, offset + num_blocks())."
         cs = self.contacts; self._check_x(x, cs); self._check_x(grad, cs, "grad")
         if grad.shape != x.shape: raise ValueError(f"BarrierTerm: grad has shape {grad.shape}, x has {x.shape}")
         m, every = self._selection()
@@ -293,5 +514,5 @@ class BarrierTerm(EnergyTerm):
         if m == 0: return
         wp.launch(_barrier_accumulate_kernel, dim=m, device=cs.device,
                   inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa), self._active, wp.int32(every),
-                          wp.int32(offset)],
+                          wp.int32(offset), wp.int32(_MODE_CODES[self.hessian])],
                   outputs=[grad, blocks.rows, blocks.cols, blocks.vals])

@@ -300,11 +300,17 @@ class CandidateSearch:
     def covers(self, x_start: wp.array, x_end: wp.array | None = None) -> bool:
         "True when every particle's start and end positions lie in the boxes the current set was built with (the reuse rule)."
         if not self.built: return False
+        return int(self.covers_launch(x_start, x_end).numpy()[0]) == 0
+
+    def covers_launch(self, x_start: wp.array, x_end: wp.array | None = None) -> wp.array | None:
+        """`covers` without the read: launch the check and return its device flag (int32[1], 0 when covered) for the
+        caller to read with other scalars; None when there is no set to cover anything (build one)."""
+        if not self.built: return None
         x_start = vec3d_array(x_start, "x_start", fn="CandidateSearch", n=self.n, device=self.device, same_device=True)
         x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n, device=self.device, same_device=True)
         self._flag.zero_()
         wp.launch(_outside_boxes, dim=self.n, inputs=[x_start, x_end, self.lo, self.hi], outputs=[self._flag], device=self.device)
-        return int(self._flag.numpy()[0]) == 0
+        return self._flag
 
     def update(self, x_start: wp.array, x_end: wp.array | None = None, *, force: bool = False) -> ContactSet:
         "The candidates of the motion x_start → x_end (default: static); the last set is reused while it `covers` the motion."

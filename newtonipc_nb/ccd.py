@@ -13,6 +13,7 @@ import warp as wp
 
 from .candidates import ContactSet
 from .checks import choice, float_array, non_negative, option, vec3d_array
+from .terms import read_back
 from .distances import KIND_EE, KIND_SF, KIND_SS, KIND_VP, KIND_VT, candidate_weights, weighted_sum
 
 # %% auto #0
@@ -240,9 +241,8 @@ def _min_bound(b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
     wp.atomic_min(out, 0, b[wp.tid()])
 
 class DeviceStepBound:
-    """`step_bound` for a solver's inner loop: the per-candidate bounds and their minimum stay on the device, in buffers
-    kept between calls, and one scalar is read back. Arguments are not checked: the caller owns them (`step_bound`
-    checks)."""
+    """`step_bound` for a solver's inner loop: the per-candidate bounds and their minimum stay on the device, in buffers kept
+    between calls, and one scalar is read back. Arguments are not checked: the caller owns them (`step_bound` checks)."""
     def __init__(self, method: str = "accd", *, eta: float = ACCD_ETA, max_iter: int = ACCD_MAX_ITER, device=None):
         self.method = choice(method, "method", STEP_METHODS, fn="DeviceStepBound")
         _check_accd_args(0.0, eta, max_iter, "DeviceStepBound")
@@ -252,24 +252,28 @@ class DeviceStepBound:
 
     def __call__(self, cs: ContactSet, x: wp.array, dx: wp.array) -> float:
         "The largest α in [0, 1] that keeps every candidate of `cs` apart along x → x + α dx."
+        if cs.count == 0: return 1.0
+        self.launch(cs, x, dx, self._min)
+        return bound_from_minimum(float(read_back(self._min)[0]), self.method)
+
+    def launch(self, cs: ContactSet, x: wp.array, dx: wp.array, out: wp.array):
+        """Only launch: the smallest per-candidate bound goes into out[0] on the device (+inf without candidates), for
+        the caller to read with other scalars (`bound_from_minimum` turns it into α)."""
         m, d = cs.count, self.device
-        if m == 0: return 1.0
+        out.fill_(math.inf)
+        if m == 0: return
         if self._bounds.shape[0] < m: self._bounds = wp.zeros(int(1.5 * m), dtype=self._bounds.dtype, device=d)
-        self._min.fill_(math.inf)
         if self.method == "accd":
             wp.launch(_accd_contacts_kernel, dim=m, device=d, outputs=[self._bounds],
                       inputs=[x, dx, cs.pairs, cs.kind, cs.offset, wp.float64(self.eta), wp.int32(self.max_iter)])
-            wp.launch(_min_toi, dim=m, inputs=[self._bounds, self._min], device=d)
+            wp.launch(_min_toi, dim=m, inputs=[self._bounds, out], device=d)
         else:
-            wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[x, dx, cs.pairs, cs.kind, cs.offset],
-                      outputs=[self._bounds])
-            wp.launch(_min_bound, dim=m, inputs=[self._bounds, self._min], device=d)
-        return bound_from_minimum(float(self._min.numpy()[0]), self.method)
+            wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[x, dx, cs.pairs, cs.kind, cs.offset], outputs=[self._bounds])
+            wp.launch(_min_bound, dim=m, inputs=[self._bounds, out], device=d)
 
 def step_bound(contacts: ContactSet, x, dx, *, method: str = "accd", eta: float = ACCD_ETA,
                max_iter: int = ACCD_MAX_ITER, device=None) -> float:
-    """The largest α in [0, 1] that keeps every candidate's gap positive along x → x + α dx (`method` 'accd' or the
-    reference implementation's 'normal')."""
+    "The largest α in [0, 1] that keeps every candidate's gap positive along x → x + α dx (`method` 'accd' or the reference implementation's 'normal')."
     b = candidate_step_bounds(contacts, x, dx, method=method, eta=eta, max_iter=max_iter, device=device)
     return bound_from_minimum(float(b.min()), method) if b.size else 1.0
 

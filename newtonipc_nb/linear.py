@@ -15,7 +15,7 @@ import warp as wp
 import warp.sparse as wps
 from warp.optim.linear import cg, preconditioner
 
-from .terms import HessianBlocks
+from .terms import HessianBlocks, read_back
 
 class LinearSolveError(RuntimeError):
     "The Newton system could not be factorised or solved."
@@ -120,9 +120,10 @@ class NewtonSystem:
         self.rhs = wp.zeros(n, dtype=wp.vec3d, device=d)
         self.D = wp.ones(n, dtype=wp.vec3d, device=d)
         self.H = wps.bsr_zeros(n, n, wp.mat33d, device=d)
-        self._missed = wp.zeros(1, dtype=wp.int32, device=d)
+        self._flags = wp.zeros(2, dtype=wp.int32, device=d)      # [blocks outside the pattern, bad diagonals]: one read
+        self._missed, self._bad = self._flags[0:1], self._flags[1:2]
+        self._checked = None                # the bad-diagonal count `assemble` read with the pattern check
         self._hint = wp.full(1, -1, dtype=wp.int32, device=d)       # per triplet: the block it was added to last time
-        self._bad = wp.zeros(1, dtype=wp.int32, device=d)
         self.version = 0                    # bumped whenever the pattern changes: linear solvers re-analyse
         self._keys = np.zeros(0, np.int64)
         self._stale = False
@@ -173,12 +174,18 @@ class NewtonSystem:
         if self._hint.shape[0] < count: self._hint = wp.full(len(blocks), -1, dtype=wp.int32, device=self.device)
         if self._stale: self._set_pattern(self._keys)       # a pattern change was cut short (an interrupt)
         for attempt in range(2):
-            self.H.values.zero_(); self._missed.zero_()
+            self.H.values.zero_()
+            self._flags.zero_()
+            self._checked = None
             if count:
                 wp.launch(_scatter_blocks, dim=count, device=self.device,
                           inputs=[blocks.rows, blocks.cols, blocks.vals, self.fixed, self.H.offsets, self.H.columns, self.block_rows,
                                   self.H.values, self._hint, self._missed])
-            if int(self._missed.numpy()[0]) == 0:
+            # the diagonal check of `finish` runs now, so that both flags come back in one read
+            wp.launch(_finish_diagonal, dim=self.n, device=self.device, inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
+            missed, bad = (int(v) for v in read_back(self._flags))
+            if missed == 0:
+                self._checked = bad
                 return attempt > 0
             keys = self._triplet_keys(blocks, count)
             union = np.union1d(self._keys, keys)
@@ -190,10 +197,13 @@ class NewtonSystem:
     def finish(self):
         "Identity on fixed particles, D = diag(H)^(−1/2), H ← D H D and rhs = −D ∇Φ; raises if a free diagonal entry is not positive."
         d = self.device
-        self._bad.zero_()
-        wp.launch(_finish_diagonal, dim=self.n, device=d, inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
-        if int(self._bad.numpy()[0]):
-            raise LinearSolveError(f"{int(self._bad.numpy()[0])} diagonal block(s) of the Newton matrix are not positive")
+        bad, self._checked = self._checked, None
+        if bad is None:                     # H was not just assembled here: check it now
+            self._bad.zero_()
+            wp.launch(_finish_diagonal, dim=self.n, device=d, inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
+            bad = int(read_back(self._bad)[0])
+        if bad:
+            raise LinearSolveError(f"{bad} diagonal block(s) of the Newton matrix are not positive")
         wp.launch(_equilibrate, dim=self.nnz, device=d, inputs=[self.block_rows, self.H.columns, self.H.values, self.D])
         wp.launch(_scaled_rhs, dim=self.n, device=d, inputs=[self.grad, self.D, self.fixed, self.rhs])
 

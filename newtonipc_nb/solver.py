@@ -18,14 +18,14 @@ import warp as wp
 import newton
 from .checks import choice, non_negative, option, positive
 from .inputs import IPCModel
-from .terms import EnergyTerm, HessianBlocks
+from .terms import EnergyTerm, HessianBlocks, read_back
 from .elastic import MembraneTerm, HingeTerm
 from .supports import InertiaTerm, SupportTerm, TieTerm
 from .barrier import BarrierTerm
 from .candidates import CandidateSearch
 from .distances import CONTACT_KINDS, KIND_BY_CODE
 from .obstacles import obstacles_from_newton, with_obstacles
-from .ccd import DeviceStepBound, candidate_step_bounds, fp32_gap_check
+from .ccd import DeviceStepBound, bound_from_minimum, candidate_step_bounds, fp32_gap_check
 from .intersections import count_intersections
 from .friction import FrictionTerm
 from .linear import LinearSolveError, NewtonSystem, make_linear_solver
@@ -100,6 +100,19 @@ def _axpy(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), alpha: wp.f
     out[i] = x[i] + alpha * dx[i]
 
 @wp.kernel
+def _axpy_bounded(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), pack: wp.array(dtype=wp.float64), normal: wp.int32,
+                  out: wp.array(dtype=wp.vec3d)):
+    "out = x + α Δx, α the step bound from the smallest per-candidate bound pack[1], as `bound_from_minimum` makes it."
+    i = wp.tid()
+    m = pack[1]
+    alpha = wp.min(wp.float64(1.0), wp.max(wp.float64(0.0), m))
+    if normal != 0:
+        alpha = wp.float64(1.0)
+        if not (m > wp.float64(1.0)):
+            alpha = wp.max(wp.float64(0.0), wp.float64(0.9) * m)
+    out[i] = x[i] + alpha * dx[i]
+
+@wp.kernel
 def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.float64)):
     "out[0] += ∇Φ·Δx (the slope), out[1] = max |Δx| over all components, out[2] = max ‖Δxᵢ‖ over particles."
     i = wp.tid()
@@ -123,7 +136,8 @@ class SolverIPC(newton.solvers.SolverBase):
     callable that receives an `IterationInfo` after every Newton iteration; `terms` [()] extra `EnergyTerm`s
     added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape holds film–film pairs inside
     `dhat` (a sheet that would lock) is refused with an error naming a `dhat` that works (see
-    `newtonipc_nb.rest_contacts`), unless "allow".
+    `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["projected"]
+    the barrier's Hessian blocks: each contact's whole Hessian projected to PSD, or "gauss-newton" (see `BarrierTerm`).
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -132,12 +146,13 @@ class SolverIPC(newton.solvers.SolverBase):
                  kappa: float = 1000.0, friction: float = 0.35, max_iterations: int = 150, tolerance: float = 1.2e-5,
                  line_search_trials: int = 48, max_subdivisions: int = 7, step_bound: str = "accd",
                  linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None,
-                 terms=(), rest_contacts: str = "refuse"):
+                 terms=(), rest_contacts: str = "refuse", barrier_hessian: str = "projected"):
         super().__init__(model)
         fn, integer = "SolverIPC", numbers.Integral
         choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)
         choice(step_bound, "option step_bound", ("accd", "normal"), fn=fn)
         choice(rest_contacts, "option rest_contacts", ("refuse", "allow"), fn=fn)
+        choice(barrier_hessian, "option barrier_hessian", ("projected", "gauss-newton"), fn=fn)
         for name, v in (("dhat", dhat), ("kappa", kappa), ("tolerance", tolerance)): positive(v, f"option {name}", fn=fn)
         for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)): non_negative(v, f"option {name}", fn=fn)
         option(min_gap, "option min_gap", fn=fn, ok=lambda v: v < dhat, rule=f"smaller than dhat = {dhat}")
@@ -162,7 +177,7 @@ class SolverIPC(newton.solvers.SolverBase):
         self.options = dict(membrane=membrane, dhat=dhat, min_gap=min_gap, kappa=kappa, friction=friction,
                             max_iterations=int(max_iterations), tolerance=tolerance, line_search_trials=int(line_search_trials),
                             max_subdivisions=int(max_subdivisions), step_bound=step_bound, linear_solver=self.linear.name,
-                            drag=drag, skin=skin)
+                            drag=drag, skin=skin, barrier_hessian=barrier_hessian)
         self.membrane = MembraneTerm(self.ipc, model=membrane)
         self.bending = HingeTerm(self.ipc)
         self.supports = SupportTerm(device=d)
@@ -171,7 +186,7 @@ class SolverIPC(newton.solvers.SolverBase):
         self.search = CandidateSearch(self.contact, dhat=dhat, min_gap=min_gap, skin=skin, device=d,
                                       edge_radius=np.concatenate([np.zeros(self.ipc.edge.shape[0]), obs.edge_radius]),
                                       planes=obs.plane, plane_pad=obs.plane_pad)
-        self.barrier = BarrierTerm(self.search, dhat=dhat, kappa=kappa)
+        self.barrier = BarrierTerm(self.search, dhat=dhat, kappa=kappa, hessian=barrier_hessian)
         self.friction = FrictionTerm(self.search, mu=friction, dhat=dhat, kappa=kappa,
                                      particle_mu=np.concatenate([-np.ones(n_model), obs.mu]) if obs.count else None)
         self.inertia = InertiaTerm(device=d)
@@ -184,7 +199,9 @@ class SolverIPC(newton.solvers.SolverBase):
         self.system = NewtonSystem(n, self.contact.fixed, device=d)
         self._blocks = HessianBlocks.allocate(1, device=d)
         self._x, self._xt, self._dx, self._z = (wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(4))
-        self._phi_acc, self._norms = wp.zeros(1, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
+        # [Φ, smallest step bound]: the first line-search trial reads both at once
+        self._pack, self._norms = wp.zeros(2, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
+        self._phi_acc, self._bound_min = self._pack[0:1], self._pack[1:2]
         self._near = None
         self._bound = DeviceStepBound(step_bound, device=d)
         self.last_stats: StepStats | None = None
@@ -255,7 +272,7 @@ def _phi(self: SolverIPC, x: wp.array) -> float:
     "Φ(x): the sum of every term's energy (J), summed on the device and read once; +inf outside the admissible set."
     self._phi_acc.zero_()
     for t in self.terms: t.add_energy(x, self._phi_acc)
-    return float(self._phi_acc.numpy()[0])
+    return float(read_back(self._phi_acc)[0])
 
 @patch
 def _restrict(self: SolverIPC, near) -> None:
@@ -301,7 +318,7 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
         self.system.unscale(self._z, self._dx)
         self._norms.zero_()
         wp.launch(_direction_norms, dim=len(x), inputs=[self.system.grad, self._dx, self._norms], device=self.device)
-        slope, max_dx, max_move = (float(v) for v in self._norms.numpy())
+        slope, max_dx, max_move = (float(v) for v in read_back(self._norms))
     if not (math.isfinite(slope) and math.isfinite(max_dx)):
         raise StepFailure("non-finite Newton direction")
     return slope, max_dx, max_move
@@ -314,13 +331,22 @@ def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
 
 # %% ../nbs/10_solver.ipynb #66803756
 @patch
-def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, alpha: float, it: int, converged: bool, st: StepStats):
-    "Armijo backtracking from the CCD bound α along self._dx into self._xt; returns (α, Φ(x + αΔx)), or None when a converged step is kept."
+def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, it: int, converged: bool, st: StepStats):
+    """Armijo backtracking along self._dx into self._xt from the CCD bound α, which is still on the device (self._bound_min):
+    the first trial steps by it there and reads it back with Φ. Returns (α, Φ(x + αΔx)), or None when a converged step is kept."""
     o, dev = self.options, self.device
-    for _ in range(o["line_search_trials"]):
+    for trial in range(o["line_search_trials"]):
         st.line_search_trials += 1
-        wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(alpha), self._xt], device=dev)
-        phi_t = self._phi(self._xt)
+        if trial == 0:
+            normal = wp.int32(o["step_bound"] == "normal")
+            wp.launch(_axpy_bounded, dim=len(x), inputs=[x, self._dx, self._pack, normal, self._xt], device=dev)
+            self._phi_acc.zero_()
+            for t in self.terms: t.add_energy(self._xt, self._phi_acc)
+            phi_t, m = (float(v) for v in read_back(self._pack))
+            alpha = bound_from_minimum(m, o["step_bound"])
+        else:
+            wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(alpha), self._xt], device=dev)
+            phi_t = self._phi(self._xt)
         if phi_t <= phi + 1e-4 * alpha * slope:
             return alpha, phi_t
         alpha *= 0.5
@@ -343,17 +369,25 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float, st:
         converged = it > 0 and max_dx < o["tolerance"]
         wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=self.device)
         with _Timer(st.times, "candidates"):
-            self.search.update(x, self._xt)
-            # only candidates whose gap can fall below d̂ on the way to x + Δx matter to the bound and the line search
-            self._near = near = self.barrier.near(x, 2.0 * max_move * (1.0 + 1e-9) + 1e-12, self._near)
+            # only candidates whose gap can fall below d̂ on the way to x + Δx matter to the bound and the line search;
+            # whether the candidate set still covers the motion is read back with the near set's count
+            reach = 2.0 * max_move * (1.0 + 1e-9) + 1e-12
+            outside = self.search.covers_launch(x, self._xt)
+            if outside is None: self.search.build(x, self._xt)
+            self._near = near = self.barrier.near(x, reach, self._near, flag=outside)
+            if outside is not None and self.barrier.flag:
+                self.search.build(x, self._xt)
+                self._near = near = self.barrier.near(x, reach, self._near)
+            elif outside is not None:
+                self.search.stats["reuses"] += 1
             self._restrict(near)
         with _Timer(st.times, "ccd"):
-            bound = self._step_bound(near, x, self._dx)
+            self._bound.launch(near, x, self._dx, self._bound_min)      # read with the first trial's Φ
         if not slope < 0:
             if not converged: raise StepFailure(f"Newton direction is not a descent direction (∇Φ·Δx = {slope:.3e})")
         else:
             with _Timer(st.times, "line_search"):
-                found = self._line_search(x, phi, slope, bound, it, converged, st)
+                found = self._line_search(x, phi, slope, it, converged, st)
             if found is not None:
                 (alpha, phi_t), done = found, converged
                 st.alphas.append(alpha); st.energies.append(phi_t)

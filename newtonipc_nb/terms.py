@@ -13,8 +13,8 @@ import warp as wp
 from .checks import float_array
 
 # %% auto #0
-__all__ = ['HessianBlocks', 'write_block', 'skip_block', 'add_gradient', 'sum_into', 'EnergyTerm', 'ElementEnergyTerm',
-           'check_term_arrays', 'term_derivatives']
+__all__ = ['HessianBlocks', 'write_block', 'skip_block', 'add_gradient', 'sum_into', 'read_back', 'EnergyTerm',
+           'ElementEnergyTerm', 'check_term_arrays', 'term_derivatives']
 
 # %% ../nbs/01_terms.ipynb #df25c309
 @dataclass
@@ -62,6 +62,11 @@ def _sum_into(values: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64
 def sum_into(values: wp.array, count: int, out: wp.array) -> None:
     "Add the first `count` entries of `values` into out[0], on the device."
     if count: wp.launch(_sum_into, dim=count, inputs=[values, out], device=values.device)
+
+# %% ../nbs/01_terms.ipynb #07d03c56
+def read_back(a: wp.array) -> np.ndarray:
+    "The host copy of a small device array of scalars that a decision needs: the solver's one kind of host read."
+    return a.numpy()
 
 # %% ../nbs/01_terms.ipynb #37ba6de2
 class EnergyTerm:

@@ -11,7 +11,7 @@ import warp as wp
 
 from newtonipc_nb.verification.distance_refs import (EE_CASES, VT_CASES, exact_edge_edge_distance, ipctk_distances,
     sample_configurations)
-from newtonipc_nb.distances import KIND_EE, KIND_SF, KIND_SS, KIND_VT, edge_edge_distance, vertex_face_distance
+from newtonipc_nb.distances import KIND_EE, KIND_SF, KIND_SS, KIND_VP, KIND_VT, edge_edge_distance, vertex_face_distance
 from newtonipc_nb.barrier import BarrierTerm, ContactSet, barrier_values
 from newtonipc_nb.candidates import CandidateSearch, contact_keys
 from newtonipc_nb.scenes.test_scenes import (bag_film_model, barrier_test_scene, crumpled_bag, flattened_bag,
@@ -268,7 +268,7 @@ def test_barrier_scalar_derivatives():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_barrier_term_central_differences(seed):
     X, cset = barrier_test_scene(seed)
-    term = BarrierTerm(cset, dhat=1e-3, kappa=1000.0)
+    term = BarrierTerm(cset, dhat=1e-3, kappa=1000.0, hessian="gauss-newton")
     x = _wp(X)
     g0 = term.gaps(x); assert np.all((g0 > 0) & (g0 < 1e-3))
     grad = wp.zeros(len(X), dtype=wp.vec3d, device="cpu")
@@ -292,6 +292,78 @@ def test_barrier_term_central_differences(seed):
     assert np.linalg.eigvalsh(H).min() > -1e-9 * np.abs(H).max()
     e = term.energy(x)
     np.testing.assert_allclose(e, barrier_values(g0)[:, 0].sum(), rtol=1e-14)
+
+
+def _local_hessian(X, pairs, kinds, offsets, mode):
+    "Gradient, assembled Hessian and gaps of a few candidates with BarrierTerm(hessian=mode)."
+    term = BarrierTerm(ContactSet.from_numpy(pairs, kinds, offsets), dhat=1e-3, kappa=1000.0, hessian=mode)
+    x = _wp(X)
+    grad = wp.zeros(len(X), dtype=wp.vec3d, device="cpu")
+    hb = HessianBlocks.allocate(term.num_blocks(), device="cpu")
+    term.accumulate(x, grad, hb, 0)
+    H = np.zeros((3 * len(X),) * 2)
+    for r, c, m in zip(hb.rows.numpy(), hb.cols.numpy(), hb.vals.numpy()):
+        if r >= 0:
+            H[3 * r:3 * r + 3, 3 * c:3 * c + 3] += m
+    return grad.numpy().ravel(), H, term.gaps(x)
+
+
+def _hessian_cases():
+    "One contact in each closest-point sub-case: face inside / edge / vertex, plane, edge–edge inside / end / ends."
+    rng = np.random.default_rng(1)
+    tri = np.array([[0, 0, 0], [0.01, 0, 0], [0, 0.01, 0.0]])
+    points = (("inside", [0.003, 0.003, 4e-4]), ("edge", [0.005, -0.0002, 3e-4]), ("vertex", [-0.0002, -0.0002, 3e-4]))
+    for name, p in points:
+        X = np.concatenate([[p], tri]) + 1e-5 * rng.standard_normal((4, 3))
+        yield f"vt {name}", X, KIND_VT
+        yield f"vp {name}", X, KIND_VP
+    A = np.array([[0, 0, 0], [0.01, 0.001, 0]])
+    for name, B in (("inside", [[0.005, -0.004, 4e-4], [0.004, 0.005, 5e-4]]),
+                    ("end-edge", [[0.0102, -0.004, 4e-4], [0.0105, 0.005, 5e-4]]),
+                    ("end-end", [[0.0102, 0.0012, 3e-4], [0.015, 0.004, 5e-4]])):
+        yield f"ee {name}", np.concatenate([A, B]) + 1e-6 * rng.standard_normal((4, 3)), KIND_EE
+
+
+@pytest.mark.parametrize("case", list(_hessian_cases()), ids=lambda c: c[0])
+def test_barrier_local_hessian_and_projection(case):
+    "The exact local Hessian against central differences of the gradient; the projected one is its PSD part."
+    _, X, kind = case
+    args = ([[0, 1, 2, 3]], [kind], [3e-5])
+    G, H, g = _local_hessian(X, *args, "exact")
+    assert 0 < g[0] < 1e-3
+    h = 1e-9
+    fd = np.zeros_like(H)
+    for i in range(G.size):
+        Xp, Xm = X.copy(), X.copy()
+        Xp.flat[i] += h
+        Xm.flat[i] -= h
+        fd[:, i] = (_local_hessian(Xp, *args, "exact")[0] - _local_hessian(Xm, *args, "exact")[0]) / (2 * h)
+    np.testing.assert_allclose(H, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
+    w, V = np.linalg.eigh(H)
+    assert w.min() < -1e-3 * w.max()                      # the distance curvature makes it indefinite here
+    Gp, Hp, _ = _local_hessian(X, *args, "projected")
+    np.testing.assert_array_equal(Gp, G)
+    np.testing.assert_allclose(Hp, (V * np.maximum(w, 0)) @ V.T, rtol=0, atol=1e-12 * np.abs(H).max())
+    assert np.linalg.eigvalsh(Hp).min() > -1e-12 * np.abs(Hp).max()
+
+
+def test_barrier_projected_hessian_on_the_test_scene():
+    "Every kind at once: the exact Hessian against central differences, the projected one PSD."
+    X, cset = barrier_test_scene(0)
+    args = cset.numpy()
+    G, H, _ = _local_hessian(X, *args, "exact")
+    h = 1e-9
+    fd = np.zeros_like(H)
+    for i in range(G.size):
+        Xp, Xm = X.copy(), X.copy()
+        Xp.flat[i] += h
+        Xm.flat[i] -= h
+        fd[:, i] = (_local_hessian(Xp, *args, "exact")[0] - _local_hessian(Xm, *args, "exact")[0]) / (2 * h)
+    np.testing.assert_allclose(H, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
+    _, Hp, _ = _local_hessian(X, *args, "projected")
+    assert np.linalg.eigvalsh(Hp).min() > -1e-12 * np.abs(Hp).max()
+    with pytest.raises(ValueError, match="hessian must be one of 'projected', 'gauss-newton', 'exact'; got 'newton'"):
+        BarrierTerm(cset, hessian="newton")
 
 
 def test_barrier_term_admissibility_and_errors():
