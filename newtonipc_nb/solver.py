@@ -513,7 +513,8 @@ def _read_state(self: SolverIPC, state) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 @patch
 def _check_start(self: SolverIPC, x: np.ndarray):
-    "Refuse a start in which a film triangle intersects another triangle or an obstacle's, or a particle lies behind an infinite plane."
+    """Refuse a start in which a film triangle intersects another triangle or an obstacle's, or a particle lies behind
+    an infinite plane or inside a sphere or capsule shape."""
     tri = self.contact.tri.numpy()
     if len(tri):
         n_all = count_intersections(x, tri, device=self.device)
