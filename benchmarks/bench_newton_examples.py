@@ -11,7 +11,13 @@ per example to --previews (the page `nbs/38_newton_examples_page.ipynb` shows th
 trajectory.
 
     python benchmarks/bench_newton_examples.py [--examples cloth_hanging cloth_twist cloth_poker_cards]
-        [--frames cloth_twist=150] [--solvers ipc vbd] [--device cpu] [--ipc KEY=VALUE ...]
+        [--frames cloth_twist=150] [--budget cloth_twist=1800] [--solvers ipc vbd] [--device cpu]
+        [--ipc KEY=VALUE ...]
+
+--budget NAME=SECONDS (or NAME:SOLVER=SECONDS for one solver) ends each solver's run of that example after the
+frame that passes SECONDS of wall time (construction included): the partial run is measured and stored like a full
+one, with the frames reached and "deadline reached after K of N frames" in place of the example's test (which is
+only meaningful at the end).
 """
 import argparse
 import json
@@ -33,6 +39,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--examples", nargs="+", default=["cloth_hanging", "cloth_twist", "cloth_poker_cards"])
     ap.add_argument("--frames", nargs="*", default=[], metavar="NAME=N", help="frames of an example (default: its own)")
+    ap.add_argument("--budget", nargs="*", default=[], metavar="NAME[:SOLVER]=SECONDS",
+                    help="wall-time limit of each solver's run of an example (default: none)")
     ap.add_argument("--solvers", nargs="+", choices=("ipc", "vbd"), default=["ipc", "vbd"])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--ipc", action="append", default=[], metavar="KEY=VALUE", help="a SolverIPC option (repeatable)")
@@ -41,6 +49,7 @@ def main():
     ap.add_argument("--npz", default=None, help="folder for the full trajectories (NAME_SOLVER.npz)")
     a = ap.parse_args()
     frames = {k: int(v) for k, v in (kv.split("=", 1) for kv in a.frames)}
+    budget = {k: float(v) for k, v in (kv.split("=", 1) for kv in a.budget)}
     options = {k: _option_value(v) for k, v in (kv.split("=", 1) for kv in a.ipc)}
     wp.config.quiet = True
     out = Path(a.out)
@@ -49,15 +58,19 @@ def main():
         runs = {}
         for solver in a.solvers:
             t0 = time.perf_counter()
+            limit = budget.get(f"{name}:{solver}", budget.get(name))
+            deadline = time.time() + limit if limit is not None else None
             run = run_example(name, solver=solver, frames=frames.get(name), device=a.device, ipc_options=options,
-                              progress=True)
+                              progress=True, deadline=deadline)
             measures = measure_run(run, device=a.device)
             s = run_summary(run, measures)
             s.update(date=time.strftime("%Y-%m-%d %H:%M"), total_s=time.perf_counter() - t0,
                      acceptance=ipc_acceptance(s) if solver == "ipc" else None)
             runs[solver] = (run, measures)
             done["runs"] = [r for r in done["runs"] if (r["example"], r["solver"]) != (name, solver)] + [s]
-            print(f"{name} {solver}: {s['frames']} frames, steps {s['wall_s']:.1f} s, test_final {s['test_final']}, "
+            stopped = f" ({s['error']})" if s['error'] else ""
+            print(f"{name} {solver}: {s['frames']} frames{stopped}, steps {s['wall_s']:.1f} s, "
+                  f"test_final {s['test_final']}, "
                   f"intersecting frames {s['intersecting_frames']}, "
                   f"min distance to shapes {s['min_shape_distance']:.3e} m",
                   flush=True)

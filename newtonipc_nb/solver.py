@@ -547,7 +547,8 @@ def _read_state(self: SolverIPC, state) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 @patch
 def _check_start(self: SolverIPC, x: np.ndarray):
-    "Refuse a start in which a film triangle intersects another triangle or an obstacle's, or a particle lies behind an infinite plane."
+    """Refuse a start in which a film triangle intersects another triangle or an obstacle's, or a particle lies behind
+    an infinite plane or inside a sphere or capsule shape."""
     tri = self.contact.tri.numpy()
     if len(tri):
         n_all = count_intersections(x, tri, device=self.device)
@@ -566,6 +567,27 @@ def _check_start(self: SolverIPC, x: np.ndarray):
             if len(s) and s.min() <= 0:
                 i = int(free[np.argmin(s)])
                 raise SolverError(f"invalid start: particle {i} is {-s.min():.3e} m behind {obs.label(int(o))}")
+    self._check_round_shapes(x)
+
+@patch
+def _check_round_shapes(self: SolverIPC, x: np.ndarray):
+    "Refuse a start with a film vertex or sphere particle inside an obstacle sphere or capsule, named as the plane check does."
+    obs = self.obstacles
+    axes = obs.edge[obs.edge_radius > 0]
+    if not (len(obs.sphere) or len(axes)): return
+    free = np.union1d(self._film, self.ipc.sphere.numpy())
+    free = free[~self._fixed_mask[free]]
+    r = self.contact.radius.numpy()[free]
+    # a capsule is its axis segment plus its two end spheres, so the segments alone give its exact distance
+    cores = [(int(c), x[c], x[c], R) for c, R in zip(obs.sphere, obs.sphere_radius)]
+    cores += [(int(a), x[a], x[b], R) for (a, b), R in zip(axes, obs.edge_radius[obs.edge_radius > 0])]
+    for o, a, b, R in cores:
+        e = b - a
+        t = np.clip((x[free] - a) @ e / max(e @ e, 1e-300), 0.0, 1.0)
+        s = np.linalg.norm(x[free] - a - t[:, None] * e, axis=1) - R - r
+        if len(s) and s.min() <= 0:
+            i = int(free[np.argmin(s)])
+            raise SolverError(f"invalid start: particle {i} is {-s.min():.3e} m inside {obs.label(o)}")
 
 @patch
 def _refuse_capture(self: SolverIPC):

@@ -149,3 +149,43 @@ def test_turning_infinite_plane_is_refused():
     q = s0.body_q.numpy(); q[0, 3:] = [0.0, np.sin(0.01), 0.0, np.cos(0.01)]; s0.body_q.assign(q)
     with pytest.raises(SolverError, match="shape 0 .*infinite plane.* turns during the step"):
         solver.step(s0, s1, None, None, DT)
+
+
+def capsule_under_sheet(gap):
+    "The 5 × 5 sheet at z = 0.01 with a capsule along x whose top is `gap` below the sheet's centre vertex (12)."
+    b = sheet_builder(height=0.01)
+    r = 0.005
+    along_x = wp.quat_from_axis_angle(wp.vec3(0.0, 1.0, 0.0), np.pi / 2)
+    b.add_shape_capsule(-1, xform=wp.transform(wp.vec3(0.0, 0.0, 0.01 - gap - r), along_x), radius=r, half_height=0.005)
+    return b.finalize(device="cpu")
+
+
+def test_capsule_cold_start_inside_the_barrier_band_steps():
+    model = capsule_under_sheet(0.5e-3)                          # 0.5 mm: inside d̂ = 1 mm, outside min_gap
+    solver = SolverIPC(model)
+    s0, s1 = model.state(), model.state()
+    for _ in range(3):
+        solver.step(s0, s1, None, None, DT)
+        s0, s1 = s1, s0
+        x = s0.particle_q.numpy()[12]
+        assert np.hypot(x[1], x[2] - (0.01 - 0.5e-3 - 0.005)) - 0.005 > 1.5e-5, x     # outside capsule + min_gap/2
+
+
+def test_capsule_cold_start_inside_the_capsule_names_particle_and_shape():
+    model = capsule_under_sheet(-2e-3)                           # vertex 12 is 2 mm deep in the capsule
+    solver = SolverIPC(model)
+    s0, s1 = model.state(), model.state()
+    s1.particle_q.assign(np.full((model.particle_count, 3), 7.0, np.float32))
+    inside = r"invalid start: particle 12 is 2\.0\d*e-03 m inside shape 0 \(capsule, body -1\)"
+    with pytest.raises(SolverError, match=inside):
+        solver.step(s0, s1, None, None, DT)
+    assert (s1.particle_q.numpy() == 7.0).all()                  # the failed step wrote nothing
+
+
+def test_cold_start_inside_a_sphere_shape_names_particle_and_shape():
+    b = sheet_builder(height=0.01)
+    b.add_shape_sphere(-1, xform=wp.transform(wp.vec3(0.0, 0.0, 0.006), wp.quat_identity()), radius=0.005)
+    model = b.finalize(device="cpu")
+    s0, s1 = model.state(), model.state()
+    with pytest.raises(SolverError, match=r"invalid start: particle 12 is 1\.0\d*e-03 m inside shape 0 \(sphere"):
+        SolverIPC(model).step(s0, s1, None, None, DT)

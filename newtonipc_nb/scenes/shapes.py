@@ -16,17 +16,21 @@ import warp as wp
 
 from ..inputs import BAG_FILM, add_mesh, grid_faces, set_hinge_stiffness
 from ..intersections import count_intersections
-from ..obstacles import quat_matrix
 from ..solver import SolverIPC
+from ..verification.newton_examples import point_triangle_distance
 
 # %% auto #0
-__all__ = ['SHEET_N', 'SHEET_SIZE', 'SHEET_HEIGHT', 'SHEET_Y', 'RAKE_START', 'RAKE_SPEED', 'RAKE_FROM', 'RAKE_TRAVEL',
-           'pyramid_mesh', 'rake_pose', 'shapes_scene', 'shape_sdf', 'round_shape_face_distance', 'ShapesRun',
-           'run_shapes_scene', 'shape_clearance', 'film_intersections', 'display_meshes', 'grid_quads']
+__all__ = ['SHEET_N', 'SHEET_SIZE', 'SHEET_HEIGHT', 'SHEET_Y', 'RAKE_GAP', 'RAKE_TIMES', 'RAKE_PATH', 'pyramid_mesh', 'rake_pose',
+           'shapes_scene', 'shape_sdf', 'round_shape_face_distance', 'segment_segment_distance', 'film_mesh_distance',
+           'ShapesRun', 'run_shapes_scene', 'barrier_reach', 'shape_clearance', 'film_intersections', 'display_meshes',
+           'grid_quads']
 
 # %% ../../nbs/28_shape_scene.ipynb #eee904e4
-SHEET_N, SHEET_SIZE, SHEET_HEIGHT, SHEET_Y = 15, 0.14, 0.06, -0.03   # vertices per side, width, drop height, centre y (m)
-RAKE_START, RAKE_SPEED, RAKE_FROM, RAKE_TRAVEL = np.array([0.0, -0.16, 0.008]), 0.2, 0.2, 0.08   # m, m/s, s, m
+SHEET_N, SHEET_SIZE, SHEET_HEIGHT, SHEET_Y = 15, 0.2, 0.06, 0.0   # vertices per side, width, drop height, centre y (m)
+RAKE_GAP = 1.8e-3          # at the bottom of its stroke each rake shape is this far above the static shape under it (m)
+# the rake's offset from its working pose at key times: 5 cm up, lowered at 20 cm/s from 0.2 s, dragged 1 cm along +x
+RAKE_TIMES = np.array([0.0, 0.2, 0.45, 0.5, 0.6])
+RAKE_PATH = np.array([[0, 0, 0.05], [0, 0, 0.05], [0, 0, 0], [0, 0, 0], [0.01, 0, 0]])
 
 def pyramid_mesh(half: float, height: float) -> newton.Mesh:
     "A square pyramid (base 2·half, apex `height` above the base centre) as a closed, outward-facing triangle mesh."
@@ -35,12 +39,13 @@ def pyramid_mesh(half: float, height: float) -> newton.Mesh:
     return newton.Mesh(v, f.ravel())
 
 def rake_pose(t: float) -> np.ndarray:
-    "The rake body's transform (7,) at time t: at rest until RAKE_FROM, then moving RAKE_TRAVEL along +y."
-    p = RAKE_START + [0.0, min(RAKE_SPEED * max(t - RAKE_FROM, 0.0), RAKE_TRAVEL), 0.0]
+    "The rake body's transform (7,) at time t: RAKE_PATH interpolated linearly between RAKE_TIMES, held after the last."
+    p = [np.interp(t, RAKE_TIMES, RAKE_PATH[:, k]) for k in range(3)]
     return np.array([*p, 0.0, 0.0, 0.0, 1.0])
 
 # %% ../../nbs/28_shape_scene.ipynb #d1705687
-def shapes_scene(n: int = SHEET_N, size: float = SHEET_SIZE, height: float = SHEET_HEIGHT, y: float = SHEET_Y, device=None):
+def shapes_scene(n: int = SHEET_N, size: float = SHEET_SIZE, height: float = SHEET_HEIGHT, y: float = SHEET_Y,
+                 device=None):
     "The every-shape-kind scene: returns (model, rake body index)."
     b = newton.ModelBuilder(gravity=(0.0, 0.0, -9.81))
     u = np.linspace(-size / 2, size / 2, n)
@@ -57,11 +62,13 @@ def shapes_scene(n: int = SHEET_N, size: float = SHEET_SIZE, height: float = SHE
     b.add_shape_sphere(-1, xform=T((0.035, -0.035, 0.018)), radius=0.018)
     b.add_shape_capsule(-1, xform=T((0.035, 0.035, 0.01), along_y), radius=0.01, half_height=0.02)
     b.add_shape_mesh(-1, xform=T((-0.035, 0.035, 0.0)), mesh=pyramid_mesh(0.018, 0.03))
-    rake = b.add_body(xform=wp.transform(wp.vec3(*RAKE_START), wp.quat_identity()), label="rake")
-    b.add_shape_capsule(rake, xform=T((0.0, 0.0, 0.0), along_x), radius=0.008, half_height=0.09)
-    b.add_shape_box(rake, xform=T((-0.06, 0.0, 0.016)), hx=0.008, hy=0.008, hz=0.008)
-    b.add_shape_sphere(rake, xform=T((0.0, 0.0, 0.018)), radius=0.01)
-    b.add_shape_mesh(rake, xform=T((0.06, 0.0, 0.006)), mesh=pyramid_mesh(0.01, 0.018))
+    rake = b.add_body(xform=wp.transform(wp.vec3(*rake_pose(0.0)[:3]), wp.quat_identity()), label="rake")
+    # each rake shape comes down over a static one, its lowest point RAKE_GAP above that shape's top
+    g = RAKE_GAP
+    b.add_shape_capsule(rake, xform=T((-0.035, 0.035, 0.03 + g + 0.008), along_x), radius=0.008, half_height=0.02)
+    b.add_shape_box(rake, xform=T((0.035, -0.035, 0.036 + g + 0.008)), hx=0.008, hy=0.008, hz=0.008)
+    b.add_shape_sphere(rake, xform=T((-0.035, -0.035, 0.03 + g + 0.01)), radius=0.01)
+    b.add_shape_mesh(rake, xform=T((0.035, 0.035, 0.02 + g)), mesh=pyramid_mesh(0.01, 0.018))
     return b.finalize(device=device), rake
 
 # %% ../../nbs/28_shape_scene.ipynb #8d218603
@@ -75,14 +82,17 @@ def shape_sdf(kind: str, scale, source, xl: np.ndarray) -> np.ndarray:
     if kind == "PLANE": return xl[:, 2]
     if kind == "SPHERE": return np.linalg.norm(xl, axis=1) - s[0]
     if kind == "CAPSULE":
-        c = np.zeros_like(xl); c[:, 2] = np.clip(xl[:, 2], -s[1], s[1])
+        c = np.zeros_like(xl)
+        c[:, 2] = np.clip(xl[:, 2], -s[1], s[1])
         return np.linalg.norm(xl - c, axis=1) - s[0]
     if kind == "BOX":
         q = np.abs(xl) - s
         return np.linalg.norm(np.maximum(q, 0), axis=1) + np.minimum(q.max(1), 0)
     if kind == "MESH":                               # a convex mesh: the largest signed distance to its face planes
-        v = np.asarray(source.vertices, np.float64) * s; f = np.asarray(source.indices).reshape(-1, 3)
-        n = np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]]); n /= np.linalg.norm(n, axis=1, keepdims=True)
+        v = np.asarray(source.vertices, np.float64) * s
+        f = np.asarray(source.indices).reshape(-1, 3)
+        n = np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]])
+        n /= np.linalg.norm(n, axis=1, keepdims=True)
         return ((xl[:, None, :] - v[f[:, 0]][None]) * n[None]).sum(-1).max(1)
     raise ValueError(f"no signed distance for {kind}")
 
@@ -96,7 +106,7 @@ def _segment_crosses(a, b, t0, t1, t2) -> np.ndarray:
     return (sa * sb <= 0) & same
 
 def round_shape_face_distance(x, faces, centre_a, centre_b, radius) -> float:
-    "Smallest distance from the film triangles to a sphere (a = b) or capsule (axis a–b), minus its radius (ipc-toolkit)."
+    "Smallest distance from the film triangles to a sphere (a = b) or capsule (axis a–b) less its radius (ipc-toolkit)."
     import ipctk
     t = np.asarray(x, np.float64)[faces]
     d = [math.sqrt(ipctk.point_triangle_distance(c, *tri)) for c in {tuple(centre_a), tuple(centre_b)} for tri in t]
@@ -105,6 +115,40 @@ def round_shape_face_distance(x, faces, centre_a, centre_b, radius) -> float:
         d += [math.sqrt(ipctk.edge_edge_distance(a, b, tri[i], tri[(i + 1) % 3])) for tri in t for i in range(3)]
         if _segment_crosses(a[None], b[None], t[:, 0], t[:, 1], t[:, 2]).any(): d.append(0.0)
     return min(d) - radius
+
+def _point_segment(p, a, b) -> np.ndarray:
+    "Distances from points p to segments a–b (broadcast arrays (…, 3))."
+    e = b - a
+    t = np.clip(((p - a) * e).sum(-1) / np.maximum((e * e).sum(-1), 1e-300), 0.0, 1.0)
+    return np.linalg.norm(p - a - t[..., None] * e, axis=-1)
+
+def segment_segment_distance(a0, a1, b0, b1) -> np.ndarray:
+    """Distances between segments a0–a1 and b0–b1 (broadcast arrays (…, 3)): the closest interior pair where the
+    segments are not parallel and it lies inside both, and in every case the four endpoint–segment distances."""
+    u, v, w = a1 - a0, b1 - b0, a0 - b0
+    uu, uv, vv, uw, vw = ((p * q).sum(-1) for p, q in ((u, u), (u, v), (v, v), (u, w), (v, w)))
+    det = uu * vv - uv * uv
+    ok = det > 1e-12 * uu * vv
+    safe = np.where(ok, det, 1.0)
+    s, t = (uv * vw - vv * uw) / safe, (uu * vw - uv * uw) / safe
+    inside = ok & (s >= 0) & (s <= 1) & (t >= 0) & (t <= 1)
+    d_in = np.linalg.norm(w + s[..., None] * u - t[..., None] * v, axis=-1)
+    ends = np.minimum.reduce([_point_segment(a0, b0, b1), _point_segment(a1, b0, b1),
+                              _point_segment(b0, a0, a1), _point_segment(b1, a0, a1)])
+    return np.where(inside, np.minimum(d_in, ends), ends)
+
+def _edges(tri: np.ndarray) -> np.ndarray:
+    return np.unique(np.sort(np.concatenate([tri[:, [0, 1]], tri[:, [1, 2]], tri[:, [2, 0]]]), axis=1), axis=0)
+
+def film_mesh_distance(x, faces, v, tri) -> float:
+    """Smallest distance between the film (x, faces) and a triangle mesh (v, tri), in one frame: film vertices to mesh
+    triangles, mesh vertices to film triangles and film edges to mesh edges (unsigned)."""
+    x, v = np.asarray(x, np.float64), np.asarray(v, np.float64)
+    fe, me = _edges(faces), _edges(tri)
+    d_vt = point_triangle_distance(x[np.unique(faces)][:, None], *(v[tri][None, :, k] for k in range(3)))
+    d_tv = point_triangle_distance(v[np.unique(tri)][:, None], *(x[faces][None, :, k] for k in range(3)))
+    d_ee = segment_segment_distance(x[fe[:, 0]][:, None], x[fe[:, 1]][:, None], v[me[:, 0]][None], v[me[:, 1]][None])
+    return float(min(d_vt.min(), d_tv.min(), d_ee.min()))
 
 # %% ../../nbs/28_shape_scene.ipynb #974e4478
 @dataclass
@@ -116,56 +160,78 @@ class ShapesRun:
     steps: list = field(default_factory=list)
     wall_s: float = 0.0
 
-def run_shapes_scene(until: float = 0.6, dt: float = 1 / 240, *, device=None, **options) -> tuple[ShapesRun, object]:
+def run_shapes_scene(until: float = 0.65, dt: float = 1 / 240, *, device=None, **options) -> tuple[ShapesRun, object]:
     "Run the scene to `until` seconds; returns the run and the solver."
     model, rake = shapes_scene(device=device)
     solver = SolverIPC(model, **options)
     s0, s1 = model.state(), model.state()
     run = ShapesRun()
-    run.time.append(0.0); run.film.append(s0.particle_q.numpy().copy()); run.rake.append(rake_pose(0.0))
+    run.time.append(0.0)
+    run.film.append(s0.particle_q.numpy().copy())
+    run.rake.append(rake_pose(0.0))
     t0 = time.perf_counter()
     for k in range(int(round(until / dt))):
         t = (k + 1) * dt
-        q = s0.body_q.numpy(); q[rake] = rake_pose(t); s0.body_q.assign(q)      # the caller moves the kinematic body
+        q = s0.body_q.numpy()
+        q[rake] = rake_pose(t)                 # the caller moves the kinematic body
+        s0.body_q.assign(q)
         solver.step(s0, s1, None, None, dt)
         s0, s1 = s1, s0
-        run.time.append(t); run.film.append(s0.particle_q.numpy().copy()); run.rake.append(rake_pose(t))
+        run.time.append(t)
+        run.film.append(s0.particle_q.numpy().copy())
+        run.rake.append(rake_pose(t))
         run.steps.append({"t": t, **solver.last_stats.as_dict()})
     run.wall_s = time.perf_counter() - t0
     return run, solver
 
 # %% ../../nbs/28_shape_scene.ipynb #bc69cdb8
+def barrier_reach(kind: str, dhat: float, min_gap: float) -> float:
+    """How far from a shape of `kind` the film's barrier acts: d̂ beyond the contact offset, which is min_gap for
+    planes, boxes and meshes and min_gap / 2 for spheres and capsules (beyond their radius)."""
+    return dhat + (min_gap / 2 if kind.upper() in ("SPHERE", "CAPSULE") else min_gap)
+
 def shape_clearance(run: ShapesRun, solver) -> pd.DataFrame:
-    "Per shape: the smallest signed distance of any film vertex, and of any film face for spheres and capsules, over every frame."
+    """Per shape over every stored frame: the smallest distance of the film (negative: a film vertex inside), when it
+    happened, and the first time the film came within the barrier's reach."""
     m, obs = solver.model, solver.obstacles
     kinds = [newton.GeoType(int(t)).name for t in m.shape_type.numpy()]
-    scale, X, body = m.shape_scale.numpy(), m.shape_transform.numpy().astype(np.float64), m.shape_body.numpy()
+    scale, body = m.shape_scale.numpy(), m.shape_body.numpy()
     faces = solver.ipc.tri.numpy()
     rows = []
     for s, kind in enumerate(kinds):
-        v_min, f_min = math.inf, math.inf
-        for x, rq in zip(run.film, run.rake):
-            bq = np.tile([0, 0, 0, 0, 0, 0, 1.0], (m.body_count, 1)); bq[0] = rq
+        reach = barrier_reach(kind, solver.options["dhat"], solver.options["min_gap"])
+        v_min, f_min, t_min, t_touch = math.inf, math.inf, math.nan, math.nan
+        for t, x, rq in zip(run.time, run.film, run.rake):
+            bq = np.tile([0, 0, 0, 0, 0, 0, 1.0], (m.body_count, 1))
+            bq[0] = rq
             p, R = obs.poses(bq)
-            xl = _to_local(x, p[s], R[s])
-            v_min = min(v_min, float(shape_sdf(kind, scale[s], m.shape_source[s], xl).min()))
+            d = float(shape_sdf(kind, scale[s], m.shape_source[s], _to_local(x, p[s], R[s])).min())
+            if kind in ("BOX", "MESH") and d >= 0:       # outside: the exact distance, corners and edges included
+                tri = obs.tri[obs.shape[obs.tri[:, 0] - obs.first] == s] - obs.first
+                d = film_mesh_distance(x, faces, obs.positions(bq), tri)
             if kind in ("SPHERE", "CAPSULE"):
                 h = scale[s][1] if kind == "CAPSULE" else 0.0
                 a, b = p[s] + R[s] @ [0, 0, -h], p[s] + R[s] @ [0, 0, h]
-                f_min = min(f_min, round_shape_face_distance(x, faces, a, b, scale[s][0]))
+                f = round_shape_face_distance(x, faces, a, b, scale[s][0])
+                f_min = min(f_min, f)
+                d = min(d, f)
+            if d < v_min: v_min, t_min = d, t
+            if d < reach and math.isnan(t_touch): t_touch = t
         rows.append(dict(shape=s, kind=kind.lower(), body="rake" if body[s] >= 0 else "static",
-                         min_vertex_distance_mm=1e3 * v_min, min_face_distance_mm=1e3 * f_min))
+                         min_distance_mm=1e3 * v_min, at_s=t_min, barrier_reach_mm=1e3 * reach,
+                         first_touch_s=t_touch, touched=v_min < reach, min_face_distance_mm=1e3 * f_min))
     return pd.DataFrame(rows)
 
 def film_intersections(run: ShapesRun, solver) -> np.ndarray:
-    "Per stored frame: intersecting triangle pairs among the film's triangles and between them and the box and mesh shapes."
+    "Per stored frame: intersecting triangle pairs among the film's triangles and between them and box and mesh shapes."
     m, obs = solver.model, solver.obstacles
     film_faces = solver.ipc.tri.numpy()
     out = []
     for x, rq in zip(run.film, run.rake):
-        bq = np.tile([0, 0, 0, 0, 0, 0, 1.0], (m.body_count, 1)); bq[0] = rq
+        bq = np.tile([0, 0, 0, 0, 0, 0, 1.0], (m.body_count, 1))
+        bq[0] = rq
         xo = obs.positions(bq)
-        # each obstacle with the film alone, so that obstacles touching one another (the rake on the ground) do not count
+        # each obstacle with the film alone, so that obstacles touching one another do not count
         n = count_intersections(np.asarray(x, np.float64), film_faces)
         for s in obs.shapes:
             tri = obs.tri[obs.shape[obs.tri[:, 0] - obs.first] == s]
@@ -176,9 +242,10 @@ def film_intersections(run: ShapesRun, solver) -> np.ndarray:
 
 # %% ../../nbs/28_shape_scene.ipynb #44840d7b
 def display_meshes(solver, rake_q) -> list:
-    "Triangle meshes (vertices, faces) of every obstacle shape at the rake pose `rake_q`, spheres and capsules tessellated for display."
+    "Triangle meshes (vertices, faces) of every obstacle shape at the rake pose `rake_q` (round shapes tessellated)."
     m, obs = solver.model, solver.obstacles
-    bq = np.tile([0, 0, 0, 0, 0, 0, 1.0], (m.body_count, 1)); bq[0] = rake_q
+    bq = np.tile([0, 0, 0, 0, 0, 0, 1.0], (m.body_count, 1))
+    bq[0] = rake_q
     p, R = obs.poses(bq)
     xo = obs.positions(bq)
     out = []
@@ -186,7 +253,8 @@ def display_meshes(solver, rake_q) -> list:
         kind, sc = obs.shape_kind[s], m.shape_scale.numpy()[s]
         if kind in ("BOX", "MESH"):
             tri = obs.tri[obs.shape[obs.tri[:, 0] - obs.first] == s]
-            idx = np.unique(tri); out.append((xo[idx - obs.first], np.searchsorted(idx, tri)))
+            idx = np.unique(tri)
+            out.append((xo[idx - obs.first], np.searchsorted(idx, tri)))
         elif kind in ("SPHERE", "CAPSULE"):
             r, h = sc[0], (sc[1] if kind == "CAPSULE" else 0.0)
             th, ph = np.meshgrid(np.linspace(0, np.pi, 9), np.linspace(0, 2 * np.pi, 17), indexing="ij")
@@ -195,7 +263,8 @@ def display_meshes(solver, rake_q) -> list:
             out.append((p[s] + v @ R[s].T, grid_quads(9, 17)))
         else:                                                   # the ground: a square under the scene
             g = 0.12
-            out.append((np.array([[-g, -g, 0], [g, -g, 0], [g, g, 0], [-g, g, 0]], np.float64), np.array([[0, 1, 2], [0, 2, 3]])))
+            square = np.array([[-g, -g, 0], [g, -g, 0], [g, g, 0], [-g, g, 0]], np.float64)
+            out.append((square, np.array([[0, 1, 2], [0, 2, 3]])))
     return out
 
 def grid_quads(a: int, b: int) -> np.ndarray:

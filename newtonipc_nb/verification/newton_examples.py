@@ -102,10 +102,17 @@ def example_args(name: str, *, frames: int | None = None, device: str | None = N
 # %% ../../nbs/37_newton_examples.ipynb #a1946d61
 class RecordingViewer(newton.viewer.ViewerNull):
     "Newton's null viewer that stores `example.state_0` after every `Example.step()` and the wall time of that step."
-    def __init__(self, num_frames: int, progress: bool = False):
+    def __init__(self, num_frames: int, progress: bool = False, deadline: float | None = None):
         super().__init__(num_frames=num_frames)
         self.example, self.q, self.qd, self.body_q, self.step_wall = None, [], [], [], []
-        self.progress = progress
+        self.progress, self.deadline = progress, deadline
+
+    def is_running(self) -> bool:
+        "Newton's frame count, and a wall-clock `deadline` (time.time()) that ends a long run after a whole frame."
+        return super().is_running() and not self.past_deadline()
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.time() >= self.deadline
 
     def attach(self, example):
         "Record `example`: its state now is frame 0, and the clock of the first step starts."
@@ -191,12 +198,13 @@ def _nan_members(example) -> str:
     return "; ".join(f"NaN members found in {k}: {v}" for k, v in bad.items() if v)
 
 def run_example(name: str, *, solver: str = "ipc", frames: int | None = None, device: str | None = "cpu",
-                ipc_options: dict | None = None, extra=(), progress: bool = False) -> ExampleRun:
+                ipc_options: dict | None = None, extra=(), progress: bool = False,
+                deadline: float | None = None) -> ExampleRun:
     "Run Newton's example `name` for `frames` frames (None: its own) on 'ipc' (SolverIPC(**ipc_options)) or 'vbd'."
     if solver not in ("ipc", "vbd"): raise ValueError(f"solver must be 'ipc' or 'vbd', got {solver!r}")
     args = example_args(name, frames=frames, device=device, extra=extra)
     module = importlib.import_module(example_module(name))
-    viewer = RecordingViewer(args.num_frames, progress)
+    viewer = RecordingViewer(args.num_frames, progress, deadline)
     with wp.ScopedDevice(args.device):
         t0 = time.perf_counter()
         example = module.Example(viewer, args)
@@ -208,6 +216,8 @@ def run_example(name: str, *, solver: str = "ipc", frames: int | None = None, de
         error = ""
         try: newton.examples.run(example, argparse.Namespace(**{**vars(args), "test": False}))
         except Exception as e: error = f"{type(e).__name__}: {e}"
+        if not error and len(viewer.step_wall) < args.num_frames:    # a partial run: the example's test doesn't apply
+            error = f"deadline reached after {len(viewer.step_wall)} of {args.num_frames} frames"
         verdict = "not run (the run stopped)"
         if not error:
             try:
@@ -338,7 +348,8 @@ def run_summary(run: ExampleRun, measures: dict) -> dict:
                 max_intersecting_pairs=int(measures["intersections"].max()),
                 min_shape_distance=float(finite.min()) if finite.size else float("nan"),
                 closest_frame=int(k), closest_shape=int(measures["shapes"][j]) if j >= 0 else -1,
-                min_gap=float(run.options.get("min_gap", float("nan"))))
+                min_gap=float(run.options.get("min_gap", float("nan"))),
+                dhat=float(run.options.get("dhat", float("nan"))))
 
 # %% ../../nbs/37_newton_examples.ipynb #8fe7076c
 def save_run(run: ExampleRun, measures: dict, path) -> Path:
@@ -377,10 +388,12 @@ def examples_table(summaries: list[dict]) -> pd.DataFrame:
         r[f"test_final {tag}"] = s["test_final"] if not s["error"] else f"stopped at frame {s['frames']}: {s['error']}"
         r[f"intersecting frames {tag}"] = f"{s['intersecting_frames']} / {s['frames'] + 1}"
         r[f"min distance to shapes {tag} (mm)"] = round(1e3 * s["min_shape_distance"], 3)
-        if s["solver"] == "ipc": r["IPC min_gap (mm)"] = round(1e3 * s["min_gap"], 3)
+        if s["solver"] == "ipc":
+            r["IPC min_gap (mm)"] = round(1e3 * s["min_gap"], 3)
+            r["IPC dhat (mm)"] = round(1e3 * s.get("dhat", float("nan")), 3)
     order = ["example", "vertices", "frames", "IPC wall (s)", "VBD wall (s)", "test_final IPC", "test_final VBD",
              "intersecting frames IPC", "intersecting frames VBD", "min distance to shapes IPC (mm)",
-             "min distance to shapes VBD (mm)", "IPC min_gap (mm)"]
+             "min distance to shapes VBD (mm)", "IPC min_gap (mm)", "IPC dhat (mm)"]
     df = pd.DataFrame(list(rows.values()))
     return df[[c for c in order if c in df.columns]]
 
