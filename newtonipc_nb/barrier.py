@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import warp as wp
+from fastcore.basics import patch
 
 from .candidates import ContactSet
 from .checks import vec3d_array
@@ -194,7 +195,7 @@ def psd_projection5(A: _mat55d) -> _mat55d:
                 out[i, j] = out[i, j] + lam * V[i, p] * V[j, p]
     return out
 
-# %% ../nbs/05_contact_barrier.ipynb #62dd30d7
+# %% ../nbs/05_contact_barrier.ipynb #195c8746
 _VT, _EE, _SF, _VP = wp.constant(KIND_VT), wp.constant(KIND_EE), wp.constant(KIND_SF), wp.constant(KIND_VP)
 _vec5d = wp.types.vector(length=5, dtype=wp.float64)
 
@@ -249,6 +250,7 @@ def _unit_orthogonal(v: wp.vec4d, q1: wp.vec4d, q2: wp.vec4d) -> wp.vec4d:
         u = wp.vec4d()
     return u
 
+# %% ../nbs/05_contact_barrier.ipynb #d1485d59
 @wp.func
 def _contact_hessian(kind: wp.int32, p: wp.vec4i, w: wp.vec4d, r: wp.vec3d, x: wp.array(dtype=wp.vec3d),
                      d1: wp.float64, d2: wp.float64):
@@ -303,6 +305,7 @@ def _contact_hessian(kind: wp.int32, p: wp.vec4i, w: wp.vec4d, r: wp.vec3d, x: w
         S -= (c / det) * (g22 * wp.outer(f1, f1) - g12 * (wp.outer(f1, f2) + wp.outer(f2, f1)) + g11 * wp.outer(f2, f2))
     return S, q1, q2, q3, n, t1, t2
 
+# %% ../nbs/05_contact_barrier.ipynb #d5f80519
 @wp.func
 def _basis_rows(a: int, q1: wp.vec4d, q2: wp.vec4d, q3: wp.vec4d, n: wp.vec3d, t1: wp.vec3d, t2: wp.vec3d) -> _mat35d:
     "Particle slot a's 3 rows of the 12 × 5 basis: columns q1[a] n, q2[a] n, q3[a] n, q1[a] t1, q1[a] t2."
@@ -375,7 +378,7 @@ def _resolve_contacts(provider) -> ContactSet:
         if isinstance(cs, ContactSet): return cs
     raise TypeError(f"contacts must be a ContactSet, an object with a .contacts ContactSet (e.g. CandidateSearch) or a callable returning one; got {type(provider).__name__}")
 
-# %% ../nbs/05_contact_barrier.ipynb #f14c7b49
+# %% ../nbs/05_contact_barrier.ipynb #1f0b8b5f
 class BarrierTerm(EnergyTerm):
     """The IPC log barrier Σ B(g) over the candidates of `contacts`: `dhat` in m, `kappa` = k in N/m. `hessian`: the
     contact blocks, "projected" (each contact's whole Hessian, projected to PSD), "gauss-newton" (B″∇g∇gᵀ) or "exact"."""
@@ -414,105 +417,119 @@ class BarrierTerm(EnergyTerm):
         self._screen(x, cs, full=True)
         return float(self._ref_gaps.numpy()[: cs.count].min()) if cs.count else math.inf
 
-    def energy(self, x: wp.array) -> float:
-        "Σ B(g) in joules; +inf if any candidate has g ≤ 0."
-        e = wp.zeros(1, dtype=wp.float64, device=self.contacts.device)
-        self.add_energy(x, e)
-        return float(e.numpy()[0])
+# %% ../nbs/05_contact_barrier.ipynb #14d877c6
+@patch
+def energy(self: BarrierTerm, x: wp.array) -> float:
+    "Σ B(g) in joules; +inf if any candidate has g ≤ 0."
+    e = wp.zeros(1, dtype=wp.float64, device=self.contacts.device)
+    self.add_energy(x, e)
+    return float(e.numpy()[0])
 
-    def restrict(self, contacts: ContactSet | None) -> None:
-        "Evaluate the energy over `contacts` (a `near` subset that holds every candidate that can be active) until told otherwise; None: all."
-        self._scope = contacts
+@patch
+def restrict(self: BarrierTerm, contacts: ContactSet | None) -> None:
+    "Evaluate the energy over `contacts` (a `near` subset that holds every candidate that can be active) until told otherwise; None: all."
+    self._scope = contacts
 
-    def add_energy(self, x: wp.array, out: wp.array, contacts: ContactSet | None = None) -> None:
-        "Add Σ B(g) into out[0] on the device (+inf if any candidate has g ≤ 0), over `contacts` (default: the `restrict`ed set, else all)."
-        cs = contacts if contacts is not None else self._scope if self._scope is not None else self.contacts
-        self._check_x(x, cs)
-        if cs.count:
-            wp.launch(_barrier_energy_kernel, dim=cs.count, device=cs.device,
-                      inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa)], outputs=[out])
+@patch
+def add_energy(self: BarrierTerm, x: wp.array, out: wp.array, contacts: ContactSet | None = None) -> None:
+    "Add Σ B(g) into out[0] on the device (+inf if any candidate has g ≤ 0), over `contacts` (default: the `restrict`ed set, else all)."
+    cs = contacts if contacts is not None else self._scope if self._scope is not None else self.contacts
+    self._check_x(x, cs)
+    if cs.count:
+        wp.launch(_barrier_energy_kernel, dim=cs.count, device=cs.device,
+                  inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa)], outputs=[out])
 
-    def _screen(self, x: wp.array, cs: ContactSet, full: bool = False) -> int:
-        """Start a screen: M = 2 max‖x − x_ref‖ over particles, with every candidate's gap g_ref known at x_ref. A gap
-        changes by at most twice the largest vertex motion, so g(x) ≥ g_ref − M: a candidate with g_ref ≥ t + M cannot
-        have g(x) < t, and its gap need not be computed. The motion goes into self._scalars[0] on the device (returns 1),
-        for the screening kernel to read; the reference is retaken instead (one pass over every candidate, returns 0)
-        when the candidate set changed, when the last screen found M above d̂, or when `full`."""
-        self._scalars.zero_()
-        same = self._ref_of == (cs, cs.version, cs.count) and self._ref_x is not None and self._ref_x.shape == x.shape
-        if same and not full:
-            wp.launch(_motion_kernel, dim=x.shape[0], inputs=[x, self._ref_x, self._scalars], device=cs.device)
-            return 1
-        self._ref_of = None         # the reference is rewritten: a rewrite cut short must not be taken for a whole one
-        if self._ref_gaps.shape[0] < cs.count:
-            self._ref_gaps = wp.zeros(int(1.5 * cs.count) + 16, dtype=wp.float64, device=cs.device)
-            self._active = wp.zeros(self._ref_gaps.shape[0], dtype=wp.int32, device=cs.device)
-        if cs.count:
-            wp.launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[self._ref_gaps], device=cs.device)
-        if self._ref_x is None or self._ref_x.shape != x.shape: self._ref_x = wp.empty_like(x)
-        wp.copy(self._ref_x, x)
-        self._ref_of = (cs, cs.version, cs.count)
-        return 0
+# %% ../nbs/05_contact_barrier.ipynb #4210b064
+@patch
+def _screen(self: BarrierTerm, x: wp.array, cs: ContactSet, full: bool = False) -> int:
+    """Start a screen: M = 2 max‖x − x_ref‖ over particles, with every candidate's gap g_ref known at x_ref. A gap
+    changes by at most twice the largest vertex motion, so g(x) ≥ g_ref − M: a candidate with g_ref ≥ t + M cannot
+    have g(x) < t, and its gap need not be computed. The motion goes into self._scalars[0] on the device (returns 1),
+    for the screening kernel to read; the reference is retaken instead (one pass over every candidate, returns 0)
+    when the candidate set changed, when the last screen found M above d̂, or when `full`."""
+    self._scalars.zero_()
+    same = self._ref_of == (cs, cs.version, cs.count) and self._ref_x is not None and self._ref_x.shape == x.shape
+    if same and not full:
+        wp.launch(_motion_kernel, dim=x.shape[0], inputs=[x, self._ref_x, self._scalars], device=cs.device)
+        return 1
+    self._ref_of = None         # the reference is rewritten: a rewrite cut short must not be taken for a whole one
+    if self._ref_gaps.shape[0] < cs.count:
+        self._ref_gaps = wp.zeros(int(1.5 * cs.count) + 16, dtype=wp.float64, device=cs.device)
+        self._active = wp.zeros(self._ref_gaps.shape[0], dtype=wp.int32, device=cs.device)
+    if cs.count:
+        wp.launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[self._ref_gaps], device=cs.device)
+    if self._ref_x is None or self._ref_x.shape != x.shape: self._ref_x = wp.empty_like(x)
+    wp.copy(self._ref_x, x)
+    self._ref_of = (cs, cs.version, cs.count)
+    return 0
 
-    def _finish_screen(self, flag: wp.array | None = None) -> int:
-        """Read the motion, the count (and a caller's int32 device `flag`, kept in `self.flag`) in one host read; a motion
-        above d̂/2 retakes the reference at the next screen."""
-        wp.launch(_pack_count, dim=1, inputs=[self._active_count, self._no_flag if flag is None else flag, self._scalars],
-                  device=self._scalars.device)
-        motion, count, f = read_back(self._scalars)
-        if 2.0 * motion > self.dhat: self._ref_of = None
-        self.flag = int(f)
-        return int(count)
+@patch
+def _finish_screen(self: BarrierTerm, flag: wp.array | None = None) -> int:
+    """Read the motion, the count (and a caller's int32 device `flag`, kept in `self.flag`) in one host read; a motion
+    above d̂/2 retakes the reference at the next screen."""
+    wp.launch(_pack_count, dim=1, inputs=[self._active_count, self._no_flag if flag is None else flag, self._scalars],
+              device=self._scalars.device)
+    motion, count, f = read_back(self._scalars)
+    if 2.0 * motion > self.dhat: self._ref_of = None
+    self.flag = int(f)
+    return int(count)
 
-    def prepare(self, x: wp.array) -> None:
-        """Select the candidates whose barrier is active at x (0 < g < d̂): the next `num_blocks`/`accumulate` cover only
-        those. Without it (or after that `accumulate`), every candidate gets its 16 slots, unused ones marked −1."""
-        cs = self.contacts; self._check_x(x, cs)
-        use = self._screen(x, cs)
-        self._active_count.zero_()
-        if cs.count:
-            wp.launch(_screened_active_kernel, dim=cs.count, device=cs.device, inputs=[x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
-                      wp.int32(use), self._scalars, wp.float64(self.dhat)], outputs=[self._active_count, self._active])
-        self._prepared = (cs, cs.count, self._finish_screen())
+# %% ../nbs/05_contact_barrier.ipynb #81ea7957
+@patch
+def prepare(self: BarrierTerm, x: wp.array) -> None:
+    """Select the candidates whose barrier is active at x (0 < g < d̂): the next `num_blocks`/`accumulate` cover only
+    those. Without it (or after that `accumulate`), every candidate gets its 16 slots, unused ones marked −1."""
+    cs = self.contacts; self._check_x(x, cs)
+    use = self._screen(x, cs)
+    self._active_count.zero_()
+    if cs.count:
+        wp.launch(_screened_active_kernel, dim=cs.count, device=cs.device, inputs=[x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
+                  wp.int32(use), self._scalars, wp.float64(self.dhat)], outputs=[self._active_count, self._active])
+    self._prepared = (cs, cs.count, self._finish_screen())
 
-    def near(self, x: wp.array, reach: float, out: ContactSet | None = None, flag: wp.array | None = None) -> ContactSet:
-        """The candidates that can come within d̂ (or collide) while no particle moves more than `reach`/2 from x:
-        a gap changes by at most twice the largest vertex motion, so only those with g(x) < d̂ + reach matter
-        (`out` is reused when large enough). A device `flag` (int32[1]) is read back with the count into `self.flag`."""
-        cs = self.contacts; self._check_x(x, cs)
-        use = self._screen(x, cs)
-        if out is None or out.capacity < cs.count: out = ContactSet.allocate(max(cs.count, 1), device=cs.device)
-        self._active_count.zero_()
-        if cs.count:
-            wp.launch(_screened_near_kernel, dim=cs.count, device=cs.device, inputs=[x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
-                      wp.int32(use), self._scalars, wp.float64(self.dhat + reach)],
-                      outputs=[self._active_count, out.pairs, out.kind, out.offset])
-        out.count = self._finish_screen(flag)
-        return out
+@patch
+def near(self: BarrierTerm, x: wp.array, reach: float, out: ContactSet | None = None, flag: wp.array | None = None) -> ContactSet:
+    """The candidates that can come within d̂ (or collide) while no particle moves more than `reach`/2 from x:
+    a gap changes by at most twice the largest vertex motion, so only those with g(x) < d̂ + reach matter
+    (`out` is reused when large enough). A device `flag` (int32[1]) is read back with the count into `self.flag`."""
+    cs = self.contacts; self._check_x(x, cs)
+    use = self._screen(x, cs)
+    if out is None or out.capacity < cs.count: out = ContactSet.allocate(max(cs.count, 1), device=cs.device)
+    self._active_count.zero_()
+    if cs.count:
+        wp.launch(_screened_near_kernel, dim=cs.count, device=cs.device, inputs=[x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
+                  wp.int32(use), self._scalars, wp.float64(self.dhat + reach)],
+                  outputs=[self._active_count, out.pairs, out.kind, out.offset])
+    out.count = self._finish_screen(flag)
+    return out
 
-    def _selection(self):
-        "(number of candidates accumulate covers, whether that is every candidate) for the current contact set."
-        cs = self.contacts
-        if self._prepared is not None and self._prepared[0] is cs and self._prepared[1] == cs.count:
-            return self._prepared[2], False
-        return cs.count, True
+@patch
+def _selection(self: BarrierTerm):
+    "(number of candidates accumulate covers, whether that is every candidate) for the current contact set."
+    cs = self.contacts
+    if self._prepared is not None and self._prepared[0] is cs and self._prepared[1] == cs.count:
+        return self._prepared[2], False
+    return cs.count, True
 
-    def active_count(self) -> int:
-        "Active candidates found by the last `prepare` (0 before any)."
-        return self._prepared[2] if self._prepared is not None else 0
+@patch
+def active_count(self: BarrierTerm) -> int:
+    "Active candidates found by the last `prepare` (0 before any)."
+    return self._prepared[2] if self._prepared is not None else 0
 
-    def num_blocks(self) -> int: return 16 * self._selection()[0]
+@patch
+def num_blocks(self: BarrierTerm) -> int: return 16 * self._selection()[0]
 
-    def accumulate(self, x: wp.array, grad: wp.array, blocks: HessianBlocks, offset: int) -> None:
-        "Add B′·j into `grad` and write the 16 Hessian blocks (as `hessian` says) of every selected candidate at [offset, offset + num_blocks())."
-        cs = self.contacts; self._check_x(x, cs); self._check_x(grad, cs, "grad")
-        if grad.shape != x.shape: raise ValueError(f"BarrierTerm: grad has shape {grad.shape}, x has {x.shape}")
-        m, every = self._selection()
-        self._prepared = None
-        if offset < 0 or offset + 16 * m > len(blocks):
-            raise ValueError(f"BarrierTerm: blocks [{offset}, {offset + 16 * m}) do not fit a buffer of {len(blocks)}")
-        if m == 0: return
-        wp.launch(_barrier_accumulate_kernel, dim=m, device=cs.device,
-                  inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa), self._active, wp.int32(every),
-                          wp.int32(offset), wp.int32(_MODE_CODES[self.hessian])],
-                  outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
+@patch
+def accumulate(self: BarrierTerm, x: wp.array, grad: wp.array, blocks: HessianBlocks, offset: int) -> None:
+    "Add B′·j into `grad` and write the 16 Hessian blocks (as `hessian` says) of every selected candidate at [offset, offset + num_blocks())."
+    cs = self.contacts; self._check_x(x, cs); self._check_x(grad, cs, "grad")
+    if grad.shape != x.shape: raise ValueError(f"BarrierTerm: grad has shape {grad.shape}, x has {x.shape}")
+    m, every = self._selection()
+    self._prepared = None
+    if offset < 0 or offset + 16 * m > len(blocks):
+        raise ValueError(f"BarrierTerm: blocks [{offset}, {offset + 16 * m}) do not fit a buffer of {len(blocks)}")
+    if m == 0: return
+    wp.launch(_barrier_accumulate_kernel, dim=m, device=cs.device,
+              inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa), self._active, wp.int32(every),
+                      wp.int32(offset), wp.int32(_MODE_CODES[self.hessian])],
+              outputs=[grad, blocks.rows, blocks.cols, blocks.vals])

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import warp as wp
+from fastcore.basics import patch
 
 from .checks import vec3d_array
 from .distances import KIND_EE, KIND_NAMES, KIND_SS, KIND_VP
@@ -246,7 +247,7 @@ def _outside_boxes(xs: wp.array(dtype=wp.vec3d), xe: wp.array(dtype=wp.vec3d), l
         if not (a[k] >= l[k] and a[k] <= h[k] and b[k] >= l[k] and b[k] <= h[k]):
             out[0] = 1
 
-# %% ../nbs/04_candidates.ipynb #d25ec588
+# %% ../nbs/04_candidates.ipynb #caa314b2
 class CandidateSearch:
     "Swept BVH contact-candidate search over an `IPCModel` with skin reuse; `update(x_start, x_end)` returns the `ContactSet`."
     def __init__(self, model: IPCModel, *, dhat: float = 1e-3, min_gap: float = 3e-5, skin: float = 1.5e-3,
@@ -289,98 +290,108 @@ class CandidateSearch:
         self.built, self.built_from = False, None
         self.stats = dict(builds=0, reuses=0, regrows=0)
 
-    def set_plane_normals(self, normals) -> None:
-        "The unit normals (p, 3) of the planes for the coming motion (a plane moves by translation only)."
-        n = np.asarray(normals, dtype=np.float64).reshape(-1, 3)
-        if n.shape[0] != self.planes.shape[0]: raise ValueError(f"CandidateSearch: {n.shape[0]} normals for {self.planes.shape[0]} planes")
-        if np.array_equal(n, self.plane_normals.numpy()): return
-        self.plane_normals.assign(n)
-        self.built = False
+# %% ../nbs/04_candidates.ipynb #6d287a65
+@patch
+def set_plane_normals(self: CandidateSearch, normals) -> None:
+    "The unit normals (p, 3) of the planes for the coming motion (a plane moves by translation only)."
+    n = np.asarray(normals, dtype=np.float64).reshape(-1, 3)
+    if n.shape[0] != self.planes.shape[0]: raise ValueError(f"CandidateSearch: {n.shape[0]} normals for {self.planes.shape[0]} planes")
+    if np.array_equal(n, self.plane_normals.numpy()): return
+    self.plane_normals.assign(n)
+    self.built = False
 
-    def covers(self, x_start: wp.array, x_end: wp.array | None = None) -> bool:
-        "True when every particle's start and end positions lie in the boxes the current set was built with (the reuse rule)."
-        if not self.built: return False
-        return int(self.covers_launch(x_start, x_end).numpy()[0]) == 0
+@patch
+def covers(self: CandidateSearch, x_start: wp.array, x_end: wp.array | None = None) -> bool:
+    "True when every particle's start and end positions lie in the boxes the current set was built with (the reuse rule)."
+    if not self.built: return False
+    return int(self.covers_launch(x_start, x_end).numpy()[0]) == 0
 
-    def covers_launch(self, x_start: wp.array, x_end: wp.array | None = None) -> wp.array | None:
-        """`covers` without the read: launch the check and return its device flag (int32[1], 0 when covered) for the
-        caller to read with other scalars; None when there is no set to cover anything (build one)."""
-        if not self.built: return None
-        x_start = vec3d_array(x_start, "x_start", fn="CandidateSearch", n=self.n, device=self.device, same_device=True)
-        x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n, device=self.device, same_device=True)
-        self._flag.zero_()
-        wp.launch(_outside_boxes, dim=self.n, inputs=[x_start, x_end, self.lo, self.hi], outputs=[self._flag], device=self.device)
-        return self._flag
+@patch
+def covers_launch(self: CandidateSearch, x_start: wp.array, x_end: wp.array | None = None) -> wp.array | None:
+    """`covers` without the read: launch the check and return its device flag (int32[1], 0 when covered) for the
+    caller to read with other scalars; None when there is no set to cover anything (build one)."""
+    if not self.built: return None
+    x_start = vec3d_array(x_start, "x_start", fn="CandidateSearch", n=self.n, device=self.device, same_device=True)
+    x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n, device=self.device, same_device=True)
+    self._flag.zero_()
+    wp.launch(_outside_boxes, dim=self.n, inputs=[x_start, x_end, self.lo, self.hi], outputs=[self._flag], device=self.device)
+    return self._flag
 
-    def update(self, x_start: wp.array, x_end: wp.array | None = None, *, force: bool = False) -> ContactSet:
-        "The candidates of the motion x_start → x_end (default: static); the last set is reused while it `covers` the motion."
-        if not force and self.covers(x_start, x_end):
-            self.stats["reuses"] += 1
-            return self.contacts
-        return self.build(x_start, x_end)
-
-    def build(self, x_start: wp.array, x_end: wp.array | None = None) -> ContactSet:
-        """Rebuild the candidates of the motion x_start → x_end with boxes grown by the skin. The set is a function of
-        that motion alone: a copy is kept (`built_from`), and `restore` rebuilds the same set from it."""
-        d = self.device
-        x_start = vec3d_array(x_start, "x_start", fn="CandidateSearch", n=self.n, device=d, same_device=True)
-        x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n, device=d, same_device=True)
-        # boxes, trees and candidates change together: a build cut short (an interrupt) leaves no set to reuse
-        self.built, self.built_from = False, None
-        self._flag.zero_()
-        wp.launch(_particle_boxes, dim=self.n, inputs=[x_start, x_end, wp.float64(self.skin)], outputs=[self.lo, self.hi, self._flag], device=d)
-        bad = int(self._flag.numpy()[0])
-        if bad:
-            self.built = False
-            raise ValueError(f"CandidateSearch: particle {bad - 1} has a non-finite start or end position")
-        T, E = self.tri.shape[0], self.edge.shape[0]
-        if T:
-            wp.launch(_primitive_boxes, dim=T, inputs=[self.tri, self.lo, self.hi], outputs=[self._tri_lo, self._tri_hi], device=d)
-            if self._tri_bvh is None: self._tri_bvh = wp.Bvh(self._tri_lo, self._tri_hi)
-            else: self._tri_bvh.rebuild()
-        if E:
-            wp.launch(_edge_boxes, dim=E, inputs=[self.edge, self.edge_radius, self.lo, self.hi], outputs=[self._edge_lo, self._edge_hi], device=d)
-            if self._edge_bvh is None: self._edge_bvh = wp.Bvh(self._edge_lo, self._edge_hi)
-            else: self._edge_bvh.rebuild()
-        while True:
-            count = self._query()
-            if count <= self.contacts.capacity: break
-            self.contacts = ContactSet.allocate(int(1.25 * count) + 64, device=d)
-            self.stats["regrows"] += 1
-        self.contacts.count = count
-        self.contacts.version += 1
-        self.built_from = (wp.clone(x_start), None if x_end is x_start else wp.clone(x_end))
-        self.built = True
-        self.stats["builds"] += 1
+# %% ../nbs/04_candidates.ipynb #0d7bb7b7
+@patch
+def update(self: CandidateSearch, x_start: wp.array, x_end: wp.array | None = None, *, force: bool = False) -> ContactSet:
+    "The candidates of the motion x_start → x_end (default: static); the last set is reused while it `covers` the motion."
+    if not force and self.covers(x_start, x_end):
+        self.stats["reuses"] += 1
         return self.contacts
+    return self.build(x_start, x_end)
 
-    def restore(self, built_from) -> None:
-        "Rebuild the set a former `built_from` describes (None: no set, the next `update` builds one)."
-        if built_from is None: self.built, self.built_from = False, None
-        else: self.build(*built_from)
+@patch
+def build(self: CandidateSearch, x_start: wp.array, x_end: wp.array | None = None) -> ContactSet:
+    """Rebuild the candidates of the motion x_start → x_end with boxes grown by the skin. The set is a function of
+    that motion alone: a copy is kept (`built_from`), and `restore` rebuilds the same set from it."""
+    d = self.device
+    x_start = vec3d_array(x_start, "x_start", fn="CandidateSearch", n=self.n, device=d, same_device=True)
+    x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n, device=d, same_device=True)
+    # boxes, trees and candidates change together: a build cut short (an interrupt) leaves no set to reuse
+    self.built, self.built_from = False, None
+    self._flag.zero_()
+    wp.launch(_particle_boxes, dim=self.n, inputs=[x_start, x_end, wp.float64(self.skin)], outputs=[self.lo, self.hi, self._flag], device=d)
+    bad = int(self._flag.numpy()[0])
+    if bad:
+        self.built = False
+        raise ValueError(f"CandidateSearch: particle {bad - 1} has a non-finite start or end position")
+    T, E = self.tri.shape[0], self.edge.shape[0]
+    if T:
+        wp.launch(_primitive_boxes, dim=T, inputs=[self.tri, self.lo, self.hi], outputs=[self._tri_lo, self._tri_hi], device=d)
+        if self._tri_bvh is None: self._tri_bvh = wp.Bvh(self._tri_lo, self._tri_hi)
+        else: self._tri_bvh.rebuild()
+    if E:
+        wp.launch(_edge_boxes, dim=E, inputs=[self.edge, self.edge_radius, self.lo, self.hi], outputs=[self._edge_lo, self._edge_hi], device=d)
+        if self._edge_bvh is None: self._edge_bvh = wp.Bvh(self._edge_lo, self._edge_hi)
+        else: self._edge_bvh.rebuild()
+    while True:
+        count = self._query()
+        if count <= self.contacts.capacity: break
+        self.contacts = ContactSet.allocate(int(1.25 * count) + 64, device=d)
+        self.stats["regrows"] += 1
+    self.contacts.count = count
+    self.contacts.version += 1
+    self.built_from = (wp.clone(x_start), None if x_end is x_start else wp.clone(x_end))
+    self.built = True
+    self.stats["builds"] += 1
+    return self.contacts
 
-    def _query(self) -> int:
-        "Run the query kernels into the current buffers; returns the true number of candidates."
-        d, cs = self.device, self.contacts
-        delta, mg, cap = wp.float64(self.dhat + self.min_gap), wp.float64(self.min_gap), wp.int32(cs.capacity)
-        out = [self._counter, cs.pairs, cs.kind, cs.offset]
-        self._counter.zero_()
-        if self.tri.shape[0]:
-            wp.launch(_query_vt, dim=self.tri_vertices.shape[0], device=d, outputs=out,
-                      inputs=[self._tri_bvh.id, self.tri_vertices, self.tri, self.fixed, self.lo, self.hi, delta, mg, cap])
-        if self.edge.shape[0]:
-            wp.launch(_query_ee, dim=self.edge.shape[0], device=d, outputs=out,
-                      inputs=[self._edge_bvh.id, self.edge, self.edge_radius, self.fixed, self.lo, self.hi, delta, mg, cap])
-        if self.sphere.shape[0]:
-            has_tri = self.tri.shape[0] > 0
-            wp.launch(_query_spheres, dim=self.sphere.shape[0], device=d, outputs=out,
-                      inputs=[self._tri_bvh.id if has_tri else wp.uint64(0), wp.int32(has_tri), self.sphere, self.radius, self.tri,
-                              self.axis, self.edge, self.edge_radius, self.fixed, self.lo, self.hi, delta, mg, cap])
-        if self.planes.shape[0] and self.plane_clients.shape[0]:
-            wp.launch(_query_planes, dim=self.plane_clients.shape[0], device=d, outputs=out,
-                      inputs=[self.plane_clients, self.radius, self.fixed, self.planes, self.plane_normals, self.plane_pad,
-                              self.lo, self.hi, delta, mg, cap])
-        return int(self._counter.numpy()[0])
+@patch
+def restore(self: CandidateSearch, built_from) -> None:
+    "Rebuild the set a former `built_from` describes (None: no set, the next `update` builds one)."
+    if built_from is None: self.built, self.built_from = False, None
+    else: self.build(*built_from)
+
+# %% ../nbs/04_candidates.ipynb #7ad6a613
+@patch
+def _query(self: CandidateSearch) -> int:
+    "Run the query kernels into the current buffers; returns the true number of candidates."
+    d, cs = self.device, self.contacts
+    delta, mg, cap = wp.float64(self.dhat + self.min_gap), wp.float64(self.min_gap), wp.int32(cs.capacity)
+    out = [self._counter, cs.pairs, cs.kind, cs.offset]
+    self._counter.zero_()
+    if self.tri.shape[0]:
+        wp.launch(_query_vt, dim=self.tri_vertices.shape[0], device=d, outputs=out,
+                  inputs=[self._tri_bvh.id, self.tri_vertices, self.tri, self.fixed, self.lo, self.hi, delta, mg, cap])
+    if self.edge.shape[0]:
+        wp.launch(_query_ee, dim=self.edge.shape[0], device=d, outputs=out,
+                  inputs=[self._edge_bvh.id, self.edge, self.edge_radius, self.fixed, self.lo, self.hi, delta, mg, cap])
+    if self.sphere.shape[0]:
+        has_tri = self.tri.shape[0] > 0
+        wp.launch(_query_spheres, dim=self.sphere.shape[0], device=d, outputs=out,
+                  inputs=[self._tri_bvh.id if has_tri else wp.uint64(0), wp.int32(has_tri), self.sphere, self.radius, self.tri,
+                          self.axis, self.edge, self.edge_radius, self.fixed, self.lo, self.hi, delta, mg, cap])
+    if self.planes.shape[0] and self.plane_clients.shape[0]:
+        wp.launch(_query_planes, dim=self.plane_clients.shape[0], device=d, outputs=out,
+                  inputs=[self.plane_clients, self.radius, self.fixed, self.planes, self.plane_normals, self.plane_pad,
+                          self.lo, self.hi, delta, mg, cap])
+    return int(self._counter.numpy()[0])
 
 # %% ../nbs/04_candidates.ipynb #8ab65223
 def contact_keys(pairs: np.ndarray, kind: np.ndarray) -> set:

@@ -121,7 +121,37 @@ def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), 
     wp.atomic_max(out, 1, wp.max(wp.max(wp.abs(d[0]), wp.abs(d[1])), wp.abs(d[2])))
     wp.atomic_max(out, 2, wp.length(d))
 
-# %% ../nbs/10_solver.ipynb #9c609980
+# %% ../nbs/10_solver.ipynb #6dc5876b
+def _check_options(*, membrane, step_bound, rest_contacts, barrier_hessian, dhat, kappa, tolerance, min_gap, friction,
+                   drag, skin, max_iterations, line_search_trials, max_subdivisions, observer):
+    "SolverIPC's options, each checked before anything is built: a `ValueError` naming the option and its rule."
+    fn, integer = "SolverIPC", numbers.Integral
+    choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)
+    choice(step_bound, "option step_bound", ("accd", "normal"), fn=fn)
+    choice(rest_contacts, "option rest_contacts", ("refuse", "allow"), fn=fn)
+    choice(barrier_hessian, "option barrier_hessian", ("projected", "gauss-newton"), fn=fn)
+    for name, v in (("dhat", dhat), ("kappa", kappa), ("tolerance", tolerance)): positive(v, f"option {name}", fn=fn)
+    for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)):
+        non_negative(v, f"option {name}", fn=fn)
+    option(min_gap, "option min_gap", fn=fn, ok=lambda v: v < dhat, rule=f"smaller than dhat = {dhat}")
+    for name, v in (("max_iterations", max_iterations), ("line_search_trials", line_search_trials)):
+        option(v, f"option {name}", fn=fn, kind=integer, ok=lambda v: v >= 1, rule="an integer ≥ 1")
+    option(max_subdivisions, "option max_subdivisions", fn=fn, kind=integer, ok=lambda v: 0 <= v <= 30,
+           rule="an integer in 0..30")
+    if observer is not None and not callable(observer):
+        raise ValueError(f"SolverIPC: option observer must be callable, got {observer!r}")
+
+def _check_terms(terms) -> list:
+    "The extra terms as a list, each with the methods of the term contract (the protocol, not the class: a term may come from anywhere)."
+    extra = list(terms)
+    for i, t in enumerate(extra):
+        missing = [m for m in ("add_energy", "prepare", "restrict", "num_blocks", "accumulate")
+                   if not callable(getattr(t, m, None))]
+        if missing:
+            raise ValueError(f"SolverIPC: terms[{i}] must be an EnergyTerm ({type(t).__name__} has no {', '.join(missing)})")
+    return extra
+
+# %% ../nbs/10_solver.ipynb #1f9345a7
 class SolverIPC(newton.solvers.SolverBase):
     """Incremental Potential Contact for thin films with sphere contents.
 
@@ -148,24 +178,13 @@ class SolverIPC(newton.solvers.SolverBase):
                  linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None,
                  terms=(), rest_contacts: str = "refuse", barrier_hessian: str = "projected"):
         super().__init__(model)
-        fn, integer = "SolverIPC", numbers.Integral
-        choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)
-        choice(step_bound, "option step_bound", ("accd", "normal"), fn=fn)
-        choice(rest_contacts, "option rest_contacts", ("refuse", "allow"), fn=fn)
-        choice(barrier_hessian, "option barrier_hessian", ("projected", "gauss-newton"), fn=fn)
-        for name, v in (("dhat", dhat), ("kappa", kappa), ("tolerance", tolerance)): positive(v, f"option {name}", fn=fn)
-        for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)): non_negative(v, f"option {name}", fn=fn)
-        option(min_gap, "option min_gap", fn=fn, ok=lambda v: v < dhat, rule=f"smaller than dhat = {dhat}")
-        for name, v in (("max_iterations", max_iterations), ("line_search_trials", line_search_trials)):
-            option(v, f"option {name}", fn=fn, kind=integer, ok=lambda v: v >= 1, rule="an integer ≥ 1")
-        option(max_subdivisions, "option max_subdivisions", fn=fn, kind=integer, ok=lambda v: 0 <= v <= 30, rule="an integer in 0..30")
-        if observer is not None and not callable(observer): raise ValueError(f"SolverIPC: option observer must be callable, got {observer!r}")
-        extra = list(terms)
-        for i, t in enumerate(extra):            # the protocol, not the class: a term may come from anywhere
-            missing = [m for m in ("add_energy", "prepare", "restrict", "num_blocks", "accumulate") if not callable(getattr(t, m, None))]
-            if missing: raise ValueError(f"SolverIPC: terms[{i}] must be an EnergyTerm ({type(t).__name__} has no {', '.join(missing)})")
+        _check_options(membrane=membrane, step_bound=step_bound, rest_contacts=rest_contacts,
+                       barrier_hessian=barrier_hessian, dhat=dhat, kappa=kappa, tolerance=tolerance, min_gap=min_gap,
+                       friction=friction, drag=drag, skin=skin, max_iterations=max_iterations,
+                       line_search_trials=line_search_trials, max_subdivisions=max_subdivisions, observer=observer)
+        extra = _check_terms(terms)
         self.ipc = IPCModel.from_newton(model, sphere_particles=sphere_particles)
-        if rest_contacts == "refuse": check_rest_contacts(self.ipc, dhat, min_gap, fn=fn)
+        if rest_contacts == "refuse": check_rest_contacts(self.ipc, dhat, min_gap, fn="SolverIPC")
         d = self.ipc.device
         self.obstacles = obstacles_from_newton(model, self.ipc.particle_count, friction)
         body_q = model.body_q.numpy() if model.body_q is not None and model.body_count else None
@@ -178,35 +197,9 @@ class SolverIPC(newton.solvers.SolverBase):
                             max_iterations=int(max_iterations), tolerance=tolerance, line_search_trials=int(line_search_trials),
                             max_subdivisions=int(max_subdivisions), step_bound=step_bound, linear_solver=self.linear.name,
                             drag=drag, skin=skin, barrier_hessian=barrier_hessian)
-        self.membrane = MembraneTerm(self.ipc, model=membrane)
-        self.bending = HingeTerm(self.ipc)
-        self.supports = SupportTerm(device=d)
-        self.tie = TieTerm(device=d)
-        obs, n_model = self.obstacles, self.ipc.particle_count
-        self.search = CandidateSearch(self.contact, dhat=dhat, min_gap=min_gap, skin=skin, device=d,
-                                      edge_radius=np.concatenate([np.zeros(self.ipc.edge.shape[0]), obs.edge_radius]),
-                                      planes=obs.plane, plane_pad=obs.plane_pad)
-        self.barrier = BarrierTerm(self.search, dhat=dhat, kappa=kappa, hessian=barrier_hessian)
-        self.friction = FrictionTerm(self.search, mu=friction, dhat=dhat, kappa=kappa,
-                                     particle_mu=np.concatenate([-np.ones(n_model), obs.mu]) if obs.count else None)
-        self.inertia = InertiaTerm(device=d)
-        self._drag = SupportTerm(device=d)
+        self._build_terms(membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound)
         self.user_terms = extra
-        mass = self.contact.mass.numpy(); fixed = self.contact.fixed.numpy().astype(bool)
-        self._mass, self._free, self._fixed_mask = mass, np.flatnonzero(~fixed).astype(np.int32), fixed
-        self._film = self.ipc.film_particles
-        n = self.contact.particle_count
-        self.system = NewtonSystem(n, self.contact.fixed, device=d)
-        self._blocks = HessianBlocks.allocate(1, device=d)
-        self._x, self._xt, self._dx, self._z = (wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(4))
-        # [Φ, smallest step bound]: the first line-search trial reads both at once
-        self._pack, self._norms = wp.zeros(2, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
-        self._phi_acc, self._bound_min = self._pack[0:1], self._pack[1:2]
-        self._near = None
-        self._bound = DeviceStepBound(step_bound, device=d)
-        self.last_stats: StepStats | None = None
-        self._last_out = None
-        self._x_ref = wp.zeros(n, dtype=wp.vec3d, device=d)
+        self._allocate()
         self._kept, self._open = self._keep(), False
 
     @property
@@ -215,15 +208,61 @@ class SolverIPC(newton.solvers.SolverBase):
         return [self.inertia, self._drag, self.membrane, self.bending, self.barrier, self.friction, self.supports, self.tie,
                 *self.user_terms]
 
-    # supports and tie: set by the caller, any step
-    def set_supports(self, indices, targets, stiffness):
-        "Pull particles `indices` to `targets` (k, 3) with per-particle (or scalar) `stiffness` in N/m."
-        self.supports.set(indices, targets, stiffness)
-    def clear_supports(self): self.supports.clear()
-    def set_tie(self, pairs, rest_lengths, stiffness: float | None = None):
-        "Tie particle `pairs` (m, 2) with per-pair `rest_lengths` (m,); stiffness default 250 N/m."
-        self.tie.set(pairs, rest_lengths, stiffness) if stiffness is not None else self.tie.set(pairs, rest_lengths)
-    def clear_tie(self): self.tie.clear()
+# %% ../nbs/10_solver.ipynb #b34521e8
+@patch
+def _build_terms(self: SolverIPC, membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound):
+    "The terms of Φ, the candidate search the barrier and friction share, and the step bound of the line search."
+    d = self.ipc.device
+    self.membrane = MembraneTerm(self.ipc, model=membrane)
+    self.bending = HingeTerm(self.ipc)
+    self.supports = SupportTerm(device=d)
+    self.tie = TieTerm(device=d)
+    obs, n_model = self.obstacles, self.ipc.particle_count
+    self.search = CandidateSearch(self.contact, dhat=dhat, min_gap=min_gap, skin=skin, device=d,
+                                  edge_radius=np.concatenate([np.zeros(self.ipc.edge.shape[0]), obs.edge_radius]),
+                                  planes=obs.plane, plane_pad=obs.plane_pad)
+    self.barrier = BarrierTerm(self.search, dhat=dhat, kappa=kappa, hessian=barrier_hessian)
+    self.friction = FrictionTerm(self.search, mu=friction, dhat=dhat, kappa=kappa,
+                                 particle_mu=np.concatenate([-np.ones(n_model), obs.mu]) if obs.count else None)
+    self.inertia = InertiaTerm(device=d)
+    self._drag = SupportTerm(device=d)
+    self._bound = DeviceStepBound(step_bound, device=d)
+
+@patch
+def _allocate(self: SolverIPC):
+    "The Newton system and the buffers every iteration reuses."
+    d = self.ipc.device
+    mass, fixed = self.contact.mass.numpy(), self.contact.fixed.numpy().astype(bool)
+    self._mass, self._free, self._fixed_mask = mass, np.flatnonzero(~fixed).astype(np.int32), fixed
+    self._film = self.ipc.film_particles
+    n = self.contact.particle_count
+    self.system = NewtonSystem(n, self.contact.fixed, device=d)
+    self._blocks = HessianBlocks.allocate(1, device=d)
+    self._x, self._xt, self._dx, self._z = (wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(4))
+    # [Φ, smallest step bound]: the first line-search trial reads both at once
+    self._pack, self._norms = wp.zeros(2, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
+    self._phi_acc, self._bound_min = self._pack[0:1], self._pack[1:2]
+    self._near = None
+    self.last_stats: StepStats | None = None
+    self._last_out = None
+    self._x_ref = wp.zeros(n, dtype=wp.vec3d, device=d)
+
+# %% ../nbs/10_solver.ipynb #1b4ce907
+@patch
+def set_supports(self: SolverIPC, indices, targets, stiffness):
+    "Pull particles `indices` to `targets` (k, 3) with per-particle (or scalar) `stiffness` in N/m."
+    self.supports.set(indices, targets, stiffness)
+
+@patch
+def clear_supports(self: SolverIPC): self.supports.clear()
+
+@patch
+def set_tie(self: SolverIPC, pairs, rest_lengths, stiffness: float | None = None):
+    "Tie particle `pairs` (m, 2) with per-pair `rest_lengths` (m,); stiffness default 250 N/m."
+    self.tie.set(pairs, rest_lengths, stiffness) if stiffness is not None else self.tie.set(pairs, rest_lengths)
+
+@patch
+def clear_tie(self: SolverIPC): self.tie.clear()
 
 # %% ../nbs/10_solver.ipynb #bf039458
 @patch
@@ -489,7 +528,7 @@ def _solve(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, v0: np.ndarray, f: n
     v[self._fixed_mask] = (x32 - xs)[self._fixed_mask] / dt if prescribed else 0.0
     return x32, v
 
-# %% ../nbs/10_solver.ipynb #087bfd02
+# %% ../nbs/10_solver.ipynb #96ac588c
 @patch
 def _advance(self: SolverIPC, xs, xe, v0, f, dt, level, st: StepStats):
     "Take a step of `dt` with prescribed particles going from `xs` to `xe`, halving it recursively on failure."
@@ -522,6 +561,7 @@ def _rollback(self: SolverIPC):
     self.friction.clear()
     self._near = None
 
+# %% ../nbs/10_solver.ipynb #a892ff4f
 @patch
 def _check_state(self: SolverIPC, state, name: str):
     "`state` must hold wp.vec3 particle_q and particle_qd arrays of this model's particle count on the solver's device."
@@ -545,6 +585,7 @@ def _read_state(self: SolverIPC, state) -> tuple[np.ndarray, np.ndarray, np.ndar
             raise SolverError(f"state_in.{name} of particle {i} is not finite: {a[i]}")
     return x0, v0, f
 
+# %% ../nbs/10_solver.ipynb #b1cea6e5
 @patch
 def _check_start(self: SolverIPC, x: np.ndarray):
     """Refuse a start in which a film triangle intersects another triangle or an obstacle's, or a particle lies behind
@@ -589,6 +630,7 @@ def _check_round_shapes(self: SolverIPC, x: np.ndarray):
             i = int(free[np.argmin(s)])
             raise SolverError(f"invalid start: particle {i} is {-s.min():.3e} m inside {obs.label(o)}")
 
+# %% ../nbs/10_solver.ipynb #4fdaf7d7
 @patch
 def _refuse_capture(self: SolverIPC):
     "SolverIPC decides on the host (gap checks, Newton convergence, line search, subdivision): a captured graph could not replay it."
@@ -626,6 +668,8 @@ def _start(self: SolverIPC, x_in: np.ndarray, state_in) -> tuple[np.ndarray, np.
         return xs, xe, True
     x = np.concatenate([x_in, end])
     return x, x.copy(), False
+
+# %% ../nbs/10_solver.ipynb #7fed7d99
 @patch
 def step(self: SolverIPC, state_in, state_out, control, contacts, dt: float):
     "Advance `state_in` by `dt` into `state_out`. `control` and `contacts` are not needed (may be None)."
