@@ -208,7 +208,8 @@ def test_worker_killed_mid_sweep(grid, hand):
     tmp, sweep, local = grid
     result = {}
     t = threading.Thread(target=lambda: result.update(table=run_sweep(sweep, tmp / "killed", scheduler=hand.address,
-                                                                      progress=False, say=lambda m: None)))
+                                                                      progress=False, say=lambda m: None)),
+                         daemon=True)       # if the sweep never ends, the failed test must not hang pytest's exit
     t.start()
     killed = None
     with Client(hand.address) as c:
