@@ -358,7 +358,8 @@ def run_sweep(sweep: Sweep, folder, *, scheduler: str | None = None, workers: in
 # %% ../../nbs/28_sweeps.ipynb #b8787252
 EXIT_CODES = {0: "every run finished; the table is printed and written to DIR/sweep.parquet and DIR/sweep.csv",
               1: "some runs failed (their rows hold the error; rerun them with --retry-failed), or the sweep itself "
-                 "failed (the cluster could not start or was lost): one line, finished rows kept (--debug: the traceback)",
+                 "failed (the cluster could not start or was lost): one line, finished rows kept "
+                 "(--debug: the traceback)",
               2: "bad input (the sweep file, a key or value in it, --out, --scheduler); no run was started",
               130: "Ctrl-C (SIGINT): finished rows are kept and tabled; run the command again to do the rest",
               143: "SIGTERM: as Ctrl-C"}
