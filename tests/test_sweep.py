@@ -1,5 +1,10 @@
 """newtonipc-sweep: bad sweep files refused in one line; the same rows on the embedded cluster and on a hand-started
-TCP cluster; a worker killed mid-sweep; a rerun after Ctrl-C runs only the missing tasks; failed rows and --retry-failed."""
+TCP cluster; a worker killed mid-sweep; a rerun after Ctrl-C runs only the missing tasks; failed rows and
+--retry-failed; the command behind the start-up launcher.
+
+Starting Dask worker processes is what these tests spend their time on (each imports Warp, Newton and torch and builds
+the scene once), so the runs are three steps long, and one hand-started cluster serves the TCP, Ctrl-C and worker-loss
+tests (the worker-loss test, which kills one of its workers, comes last)."""
 import os
 import re
 import signal
@@ -15,13 +20,14 @@ import pytest
 
 from newtonipc_nb.scenes.bag_run import BadInput
 from newtonipc_nb.scenes.bag_scene import DT
-from newtonipc_nb.scenes.sweep import RUN_METADATA, THREAD_ENV, Task, main, pending, read_row, read_sweep, run_sweep, run_task
+from newtonipc_nb.scenes.sweep import (RUN_METADATA, THREAD_ENV, Task, main, pending, read_row, read_sweep, run_sweep,
+                                       run_task)
 
 BIN = Path(sys.executable).parent
-# Four short runs whose keys change the film's motion from the first step (the tie only acts at 8.4 s)
+# Four runs of three steps whose keys change the film's motion from the first step (the tie only acts at 8.4 s)
 GRID = """name = "grid"
 [base]
-until = 0.05
+until = 0.0125
 [grid]
 E = [2.0e8, 3.15e8]
 friction = [0.2, 0.35]
@@ -52,8 +58,8 @@ class HandCluster:
         env = {**os.environ, **THREAD_ENV}
         log = open(tmp / "cluster.log", "ab")
         port = self.address.rsplit(":", 1)[1]
-        self.procs = [subprocess.Popen([BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"],
-                                       stdout=log, stderr=log, env=env)]
+        scheduler = [BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"]
+        self.procs = [subprocess.Popen(scheduler, stdout=log, stderr=log, env=env)]
         self.workers = [subprocess.Popen([BIN / "dask", "worker", self.address, "--nthreads", "1", "--no-nanny",
                                           "--no-dashboard", "--name", f"w{i}"], stdout=log, stderr=log, env=env)
                         for i in range(n_workers)]
@@ -77,7 +83,9 @@ class HandCluster:
             if p.poll() is None: p.terminate()
         for p in self.procs:
             try: p.wait(timeout=30)
-            except subprocess.TimeoutExpired: p.kill(); p.wait()
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +99,20 @@ def grid(tmp_path_factory):
     return tmp, sweep, table
 
 
+@pytest.fixture(scope="module")
+def hand(tmp_path_factory):
+    "One `dask scheduler` and two `dask worker` processes over TCP for the module's cluster tests."
+    with HandCluster(tmp_path_factory.mktemp("hand")) as cluster:
+        yield cluster
+
+
 def test_bad_files_one_line_exit_2(tmp_path, capsys):
-    bad = {"unknown.toml": ("[grid]\ntie_shrnk = [0.1, 0.2]\n", "[grid] tie_shrnk: unknown key (did you mean 'tie_shrink'?)"),
+    bad = {"unknown.toml": ("[grid]\ntie_shrnk = [0.1, 0.2]\n",
+                            "[grid] tie_shrnk: unknown key (did you mean 'tie_shrink'?)"),
            "value.toml": ("[grid]\ntie_shrink = [0.2, 1.5]\n", "[grid] tie_shrink must be in (0, 1], got 1.5"),
            "type.toml": ("[base]\nuntil = 'long'\n", "[base] until must be a finite time"),
-           "solver.toml": ("[[variants]]\nname = 'x'\nkappa = -1.0\n", "[[variants]] 'x' kappa must be a finite number > 0"),
+           "solver.toml": ("[[variants]]\nname = 'x'\nkappa = -1.0\n",
+                           "[[variants]] 'x' kappa must be a finite number > 0"),
            "table.toml": ("[gird]\nE = [1e8]\n", "gird: unknown top-level key"),
            "toml.toml": ("[grid\n", "not valid TOML"),
            "binary.toml": (b"\xff\xfe\x00", "cannot read it")}
@@ -115,6 +132,30 @@ def test_bad_files_one_line_exit_2(tmp_path, capsys):
         assert expected in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_the_command_starts_through_the_launcher(tmp_path, monkeypatch, capsys):
+    import configparser
+    import importlib
+    import newtonipc_nb.scenes.sweep as sweep_module
+    from newtonipc_nb.scenes import launch
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).parents[1] / "settings.ini")
+    assert "newtonipc-sweep=newtonipc_nb.scenes.launch:sweep" in cfg["DEFAULT"]["console_scripts"].split()
+    (tmp_path / "s.toml").write_text("[grid]\nE = [2.0e8, 3.15e8]\n")     # no solver key: no scene built to check it
+
+    def lost(*args, **kwargs): raise OSError("Timed out trying to connect to tcp://10.0.0.9:8786 after 20 s")
+    monkeypatch.setattr(sweep_module, "run_sweep", lost)                  # the cluster fails, not a run
+    assert launch.sweep([str(tmp_path / "s.toml")]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == ("newtonipc-sweep: the sweep stopped: OSError: Timed out trying to connect to "
+                                 "tcp://10.0.0.9:8786 after 20 s (--debug for the traceback)\n")
+
+    def interrupted(name, *args, **kwargs): raise KeyboardInterrupt      # a Ctrl-C while the packages load
+    monkeypatch.setattr(importlib, "import_module", interrupted)
+    assert launch.sweep([str(tmp_path / "s.toml")]) == 130
+    assert capsys.readouterr().err == ("newtonipc-sweep: interrupted while starting (Ctrl-C); "
+                                       "nothing was computed or written\n")
+
+
 def test_failed_run_is_a_row_and_reruns_only_with_retry(tmp_path):
     (tmp_path / "s.toml").write_text("[grid]\nuntil = [0.0125]\n")
     sweep = read_sweep(tmp_path / "s.toml")
@@ -128,49 +169,25 @@ def test_failed_run_is_a_row_and_reruns_only_with_retry(tmp_path):
     assert pending(sweep, tmp_path) == [] and pending(sweep, tmp_path, retry_failed=True) == sweep.tasks
 
 
-def test_same_rows_on_a_hand_started_tcp_cluster(grid):
+def test_same_rows_on_a_hand_started_tcp_cluster(grid, hand):
     tmp, sweep, local = grid
-    with HandCluster(tmp) as cluster:
-        table = run_sweep(sweep, tmp / "tcp", scheduler=cluster.address, progress=False, say=lambda m: None)
+    table = run_sweep(sweep, tmp / "tcp", scheduler=hand.address, progress=False, say=lambda m: None)
     pd.testing.assert_frame_equal(rows(table), rows(local))
     assert len({w.split(":")[1] for w in table["worker"]}) == 2         # both workers ran tasks
     assert (tmp / "tcp" / "sweep.parquet").exists() and (tmp / "tcp" / "sweep.csv").exists()
     pd.testing.assert_frame_equal(rows(pd.read_parquet(tmp / "tcp" / "sweep.parquet")), rows(local))
+    said = []
+    run_sweep(sweep, tmp / "tcp", progress=False, say=said.append)        # nothing left: no cluster is even joined
+    assert said == [f"4 runs: 4 already in {tmp / 'tcp'}, 0 to run"]
 
 
-def test_worker_killed_mid_sweep(grid):
-    from dask.distributed import Client
-    tmp, sweep, local = grid
-    with HandCluster(tmp) as cluster:
-        result = {}
-        t = threading.Thread(target=lambda: result.update(table=run_sweep(sweep, tmp / "killed", scheduler=cluster.address,
-                                                                          progress=False, say=lambda m: None)))
-        t.start()
-        killed = None
-        with Client(cluster.address) as c:
-            pids = c.run(os.getpid)
-            deadline = time.time() + 300
-            while killed is None and time.time() < deadline:
-                busy = [w for w, keys in c.processing().items() if keys]
-                if busy:
-                    killed = pids[busy[0]]
-                    os.kill(killed, signal.SIGKILL)
-                time.sleep(0.2)
-        t.join(timeout=600)
-        assert killed is not None and not t.is_alive()
-    table = result["table"]
-    assert (table["status"] == "done").all()
-    assert all(int(w.split(":")[1]) != killed for w in table["worker"])   # every row came from the surviving worker
-    pd.testing.assert_frame_equal(rows(table), rows(local))
-
-
-def test_rerun_after_ctrl_c_runs_only_missing_tasks(tmp_path):
+def test_rerun_after_ctrl_c_runs_only_missing_tasks(tmp_path, hand, capsys):
     (tmp_path / "three.toml").write_text("[base]\nuntil = 0.0125\n[grid]\nfriction = [0.2, 0.3, 0.35]\n")
-    cmd = [BIN / "newtonipc-sweep", tmp_path / "three.toml", "--workers", "1"]
     folder = tmp_path / "three"
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen([BIN / "newtonipc-sweep", tmp_path / "three.toml", "--workers", "1"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)                 # the embedded cluster, one run at a time
     deadline = time.time() + 300
-    while not list(folder.glob("*.json")) and time.time() < deadline and p.poll() is None: time.sleep(0.2)
+    while not list(folder.glob("*.json")) and time.time() < deadline and p.poll() is None: time.sleep(0.1)
     p.send_signal(signal.SIGINT)
     out, _ = p.communicate(timeout=120)
     assert p.returncode == 130, out
@@ -179,13 +196,37 @@ def test_rerun_after_ctrl_c_runs_only_missing_tasks(tmp_path):
     assert 1 <= len(first) < 3, first
     done = pd.read_csv(folder / "sweep.csv")
     assert (done["status"] == "done").sum() == len(first)                    # the table holds the finished rows
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    assert f"3 runs: {len(first)} already in {folder}, {3 - len(first)} to run" in out.stderr
-    assert all(folder.joinpath(n).stat().st_mtime_ns == m for n, m in first.items())   # finished rows untouched
+    assert exit_code([str(tmp_path / "three.toml"), "--scheduler", hand.address]) == 0     # rerun on the warm cluster
+    assert f"3 runs: {len(first)} already in {folder}, {3 - len(first)} to run" in capsys.readouterr().err
+    assert all(folder.joinpath(n).stat().st_mtime_ns == m for n, m in first.items())   # the finished row untouched
     assert (pd.read_parquet(folder / "sweep.parquet")["status"] == "done").all()
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and "3 already in" in again.stderr and "Dask:" not in again.stderr
+
+
+def test_worker_killed_mid_sweep(grid, hand):
+    "Runs last of the cluster tests: it leaves the hand-started cluster one worker short."
+    from dask.distributed import Client
+    tmp, sweep, local = grid
+    result = {}
+    t = threading.Thread(target=lambda: result.update(table=run_sweep(sweep, tmp / "killed", scheduler=hand.address,
+                                                                      progress=False, say=lambda m: None)),
+                         daemon=True)       # if the sweep never ends, the failed test must not hang pytest's exit
+    t.start()
+    killed = None
+    with Client(hand.address) as c:
+        pids = c.run(os.getpid)
+        deadline = time.time() + 300
+        while killed is None and time.time() < deadline and t.is_alive():
+            busy = [w for w, tasks in c.call_stack().items() if tasks]        # executing a run, not only assigned one
+            if busy:
+                killed = pids[busy[0]]
+                os.kill(killed, signal.SIGKILL)
+            time.sleep(0.02)
+    t.join(timeout=600)
+    assert killed is not None and not t.is_alive()
+    table = result["table"]
+    assert (table["status"] == "done").all()
+    assert all(int(w.split(":")[1]) != killed for w in table["worker"])   # every row came from the surviving worker
+    pd.testing.assert_frame_equal(rows(table), rows(local))
 
 
 def test_resume_key_continues_a_saved_run(tmp_path):
@@ -196,8 +237,10 @@ def test_resume_key_continues_a_saved_run(tmp_path):
     assert sweep.tasks[0].params["resume"] == str(tmp_path / "prefix.npz")    # relative to the sweep file
     row = run_task(sweep.tasks[0], tmp_path)
     assert row["status"] == "done" and row["frames"] == 7 and row["resumed"].startswith("resumed at t = 0.0083 s")
-    for text, expected in (('[base]\nresume = "nope.npz"\n', "[base] resume " + str(tmp_path / "nope.npz") + ": no such file"),
-                           ('[base]\nuntil = 0.005\nresume = "prefix.npz"\n', "[base] until must be later than the frame"),
+    nope = "[base] resume " + str(tmp_path / "nope.npz") + ": no such file"
+    for text, expected in (('[base]\nresume = "nope.npz"\n', nope),
+                           ('[base]\nuntil = 0.005\nresume = "prefix.npz"\n',
+                            "[base] until must be later than the frame"),
                            ("[base]\nresume_at = 1.0\n", "[base] resume_at needs resume")):
         (tmp_path / "b.toml").write_text(text)
         with pytest.raises(BadInput, match=re.escape(expected)): read_sweep(tmp_path / "b.toml")

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import tomllib
+import traceback
 from contextlib import suppress
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
@@ -213,6 +214,7 @@ def read_sweep(path) -> Sweep:
         vp = {k: x for k, x in v.items() if k != "name"}
         for combo in itertools.product(*grid.values()):
             params = {**base, **vp, **dict(zip(grid, combo))}
+            tid = _task_id(v["name"], params)      # from the keys as written: the same id in every checkout
             if isinstance(params.get("resume"), str) and params["resume"]:     # relative to the sweep file
                 params["resume"] = str((path.parent / params["resume"]).resolve())
             where = " ".join([f"variant {v['name']!r}"] * bool(v["name"]) + [f"{k}={_show(x)}" for k, x in zip(grid, combo)])
@@ -222,7 +224,7 @@ def read_sweep(path) -> Sweep:
                 key = next((k for k in params if re.match(rf"{re.escape(k)}\b", msg)), None)
                 src = ("[grid] " if key in grid else f"[[variants]] {v['name']!r} " if key in vp else "[base] ") if key else ""
                 raise SweepError(f"{at}{src}{msg}" + (f" (in the run {where})" if where else "")) from None
-            t = Task(_task_id(v["name"], params), v["name"], params)
+            t = Task(tid, v["name"], params)
             if t.id in seen: raise SweepError(f"{at}the runs {seen[t.id]!r} and {where!r} are the same run")
             seen[t.id] = where
             tasks.append(t)
@@ -355,7 +357,9 @@ def run_sweep(sweep: Sweep, folder, *, scheduler: str | None = None, workers: in
 
 # %% ../../nbs/28_sweeps.ipynb #b8787252
 EXIT_CODES = {0: "every run finished; the table is printed and written to DIR/sweep.parquet and DIR/sweep.csv",
-              1: "every run ended, some failed: their rows hold the error (rerun them with --retry-failed)",
+              1: "some runs failed (their rows hold the error; rerun them with --retry-failed), or the sweep itself "
+                 "failed (the cluster could not start or was lost): one line, finished rows kept "
+                 "(--debug: the traceback)",
               2: "bad input (the sweep file, a key or value in it, --out, --scheduler); no run was started",
               130: "Ctrl-C (SIGINT): finished rows are kept and tabled; run the command again to do the rest",
               143: "SIGTERM: as Ctrl-C"}
@@ -381,6 +385,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--retry-failed", action="store_true", help="run again the tasks whose row says they failed")
     p.add_argument("--dry-run", action="store_true", help="check the file and list its runs; run nothing")
     p.add_argument("--keys", action="store_true", help="list the keys a sweep file can set, and exit")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an error")
     args = p.parse_args(argv)
     if args.sweep is None and not args.keys: p.error("the following arguments are required: SWEEP.toml")
     if args.workers is not None and args.scheduler is not None:
@@ -428,6 +433,10 @@ def main(argv=None) -> int:
             done = int((sweep_table(sweep, folder)["status"] != "missing").sum())
             say(f"{how}: {done} of {len(sweep.tasks)} rows are in {folder}; run the same command again to do the rest")
         return 143 if isinstance(e, Terminated) else 130
+    except Exception as e:          # the cluster, not a run (a run's error is its row): one line, the rows so far kept
+        say(f"the sweep stopped: {_one_line(e)}" + ("" if args.debug else " (--debug for the traceback)"))
+        if args.debug: traceback.print_exc()
+        return 1
     finally:
         if in_main: signal.signal(signal.SIGTERM, old)
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 60):
