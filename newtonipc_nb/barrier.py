@@ -52,7 +52,8 @@ def barrier_d2(g: wp.float64, dhat: wp.float64, k: wp.float64) -> wp.float64:
 
 # %% ../nbs/05_contact_barrier.ipynb #b2dab535
 @wp.kernel
-def _barrier_values_kernel(g: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64, out: wp.array(dtype=wp.float64, ndim=2)):
+def _barrier_values_kernel(
+    g: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64, out: wp.array(dtype=wp.float64, ndim=2)):
     i = wp.tid()
     out[i, 0] = barrier(g[i], dhat, k)
     out[i, 1] = barrier_d1(g[i], dhat, k)
@@ -62,7 +63,11 @@ def barrier_values(g, dhat: float = 1e-3, kappa: float = 1000.0, device=None) ->
     "B, B′, B″ (columns) at the gaps `g` (1-d float64, metres), evaluated by the Warp functions."
     g = np.ascontiguousarray(np.asarray(g, dtype=np.float64).reshape(-1))
     out = wp.zeros((len(g), 3), dtype=wp.float64, device=device)
-    if len(g): wp.launch(_barrier_values_kernel, dim=len(g), inputs=[wp.array(g, dtype=wp.float64, device=device), wp.float64(dhat), wp.float64(kappa)], outputs=[out], device=device)
+    if len(g):
+        wp.launch(_barrier_values_kernel, dim=len(g),
+                  inputs=[wp.array(g, dtype=wp.float64, device=device),
+                          wp.float64(dhat),
+                          wp.float64(kappa)], outputs=[out], device=device)
     return out.numpy()
 
 # %% ../nbs/05_contact_barrier.ipynb #f588ded9
@@ -81,8 +86,9 @@ def _gaps_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), k
     gaps[c] = wp.length(r) - offsets[c]
 
 @wp.kernel
-def _barrier_energy_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-                           offsets: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64, energy: wp.array(dtype=wp.float64)):
+def _barrier_energy_kernel(
+    x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
+    offsets: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64, energy: wp.array(dtype=wp.float64)):
     "Σ B(g) into energy[0]; a closed gap (g ≤ 0) adds +inf."
     c = wp.tid()
     w, r = _candidate(pairs[c], kinds[c], x)
@@ -114,8 +120,9 @@ def _pack_count(count: wp.array(dtype=wp.int32), flag: wp.array(dtype=wp.int32),
     scalars[2] = wp.float64(flag[0])
 
 @wp.kernel
-def _screened_active_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-                            offsets: wp.array(dtype=wp.float64), ref_gaps: wp.array(dtype=wp.float64), use_motion: wp.int32,
+def _screened_active_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i),
+                            kinds: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.float64),
+                            ref_gaps: wp.array(dtype=wp.float64), use_motion: wp.int32,
                             scalars: wp.array(dtype=wp.float64), dhat: wp.float64, count: wp.array(dtype=wp.int32),
                             active: wp.array(dtype=wp.int32)):
     "Compact the candidates whose barrier is active at x (0 < g < d̂); g only where the reference gap is below d̂ + M."
@@ -128,10 +135,10 @@ def _screened_active_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=w
 
 @wp.kernel
 def _screened_near_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-                          offsets: wp.array(dtype=wp.float64), ref_gaps: wp.array(dtype=wp.float64), use_motion: wp.int32,
-                          scalars: wp.array(dtype=wp.float64), limit: wp.float64, count: wp.array(dtype=wp.int32),
-                          near_pairs: wp.array(dtype=wp.vec4i), near_kinds: wp.array(dtype=wp.int32),
-                          near_offsets: wp.array(dtype=wp.float64)):
+                          offsets: wp.array(dtype=wp.float64), ref_gaps: wp.array(dtype=wp.float64),
+                          use_motion: wp.int32, scalars: wp.array(dtype=wp.float64), limit: wp.float64,
+                          count: wp.array(dtype=wp.int32), near_pairs: wp.array(dtype=wp.vec4i),
+                          near_kinds: wp.array(dtype=wp.int32), near_offsets: wp.array(dtype=wp.float64)):
     "Copy the candidates with g(x) < `limit` into the near set; g only where the reference gap is below limit + M."
     c = wp.tid()
     if ref_gaps[c] < _screen_limit(limit, use_motion, scalars):
@@ -320,10 +327,11 @@ def _basis_rows(a: int, q1: wp.vec4d, q2: wp.vec4d, q3: wp.vec4d, n: wp.vec3d, t
 
 # %% ../nbs/05_contact_barrier.ipynb #4514ed7f
 @wp.kernel
-def _barrier_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-                               offsets: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64, select: wp.array(dtype=wp.int32),
-                               all_candidates: wp.int32, block_offset: wp.int32, mode: wp.int32,
-                               grad: wp.array(dtype=wp.vec3d), rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32),
+def _barrier_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i),
+                               kinds: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.float64), dhat: wp.float64,
+                               k: wp.float64, select: wp.array(dtype=wp.int32), all_candidates: wp.int32,
+                               block_offset: wp.int32, mode: wp.int32, grad: wp.array(dtype=wp.vec3d),
+                               rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32),
                                vals: wp.array(dtype=wp.mat33d)):
     """16 blocks per candidate, candidate `select[tid]` (or `tid` when `all_candidates`); an inactive one writes unused
     (−1) slots. `mode` 0: Gauss–Newton B″ w_a w_b nnᵀ; 1: the whole local Hessian projected to PSD; 2: unprojected."""
@@ -376,19 +384,24 @@ def _resolve_contacts(provider) -> ContactSet:
     if callable(provider):
         cs = provider()
         if isinstance(cs, ContactSet): return cs
-    raise TypeError(f"contacts must be a ContactSet, an object with a .contacts ContactSet (e.g. CandidateSearch) or a callable returning one; got {type(provider).__name__}")
+    raise TypeError(f"contacts must be a ContactSet, an object with a .contacts ContactSet (e.g. CandidateSearch) "
+                    f"or a callable returning one; got {type(provider).__name__}")
 
 # %% ../nbs/05_contact_barrier.ipynb #1f0b8b5f
 class BarrierTerm(EnergyTerm):
     """The IPC log barrier Σ B(g) over the candidates of `contacts`: `dhat` in m, `kappa` = k in N/m. `hessian`: the
-    contact blocks, "projected" (each contact's whole Hessian, projected to PSD), "gauss-newton" (B″∇g∇gᵀ) or "exact"."""
+    contact blocks, "projected" (each contact's whole Hessian, projected to PSD), "gauss-newton" (B″∇g∇gᵀ) or
+    "exact"."""
     def __init__(self, contacts, *, dhat: float = 1e-3, kappa: float = 1000.0, hessian: str = "projected"):
-        if not (dhat > 0 and kappa > 0): raise ValueError(f"BarrierTerm needs dhat > 0 and kappa > 0; got dhat={dhat}, kappa={kappa}")
+        if not (dhat > 0 and kappa > 0): raise ValueError(f"BarrierTerm needs dhat > 0 and kappa > 0; got "
+                                                          f"dhat={dhat}, kappa={kappa}")
         if hessian not in HESSIAN_MODES:
-            raise ValueError(f"BarrierTerm: hessian must be one of {', '.join(map(repr, HESSIAN_MODES))}; got {hessian!r}")
+            raise ValueError(f"BarrierTerm: hessian must be one of {', '.join(map(repr, HESSIAN_MODES))}; got "
+                             f"{hessian!r}")
         cs = _resolve_contacts(contacts)
         self.provider, self.dhat, self.kappa, self.hessian = contacts, float(dhat), float(kappa), hessian
-        self._active, self._active_count = wp.zeros(1, dtype=wp.int32, device=cs.device), wp.zeros(1, dtype=wp.int32, device=cs.device)
+        self._active, self._active_count = wp.zeros(1, dtype=wp.int32,
+                                                    device=cs.device), wp.zeros(1, dtype=wp.int32, device=cs.device)
         self._ref_gaps, self._ref_x, self._ref_of = wp.zeros(1, dtype=wp.float64, device=cs.device), None, None
         self._scalars = wp.zeros(3, dtype=wp.float64, device=cs.device)    # [motion since the reference, count, flag]
         self._no_flag = wp.zeros(1, dtype=wp.int32, device=cs.device)
@@ -405,15 +418,18 @@ class BarrierTerm(EnergyTerm):
 
     def gaps(self, x: wp.array) -> np.ndarray:
         "The gap g = ‖r‖ − c of every candidate (host array, metres)."
-        cs = self.contacts; self._check_x(x, cs)
+        cs = self.contacts
+        self._check_x(x, cs)
         out = wp.zeros(max(cs.count, 1), dtype=wp.float64, device=cs.device)
         if cs.count:
-            wp.launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[out], device=cs.device)
+            wp.launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[out],
+                      device=cs.device)
         return out.numpy()[: cs.count]
 
     def min_gap(self, x: wp.array) -> float:
         "The smallest gap over the candidates (+inf if there are none); the gaps become the screens' reference."
-        cs = self.contacts; self._check_x(x, cs)
+        cs = self.contacts
+        self._check_x(x, cs)
         self._screen(x, cs, full=True)
         return float(self._ref_gaps.numpy()[: cs.count].min()) if cs.count else math.inf
 
@@ -427,17 +443,21 @@ def energy(self: BarrierTerm, x: wp.array) -> float:
 
 @patch
 def restrict(self: BarrierTerm, contacts: ContactSet | None) -> None:
-    "Evaluate the energy over `contacts` (a `near` subset that holds every candidate that can be active) until told otherwise; None: all."
+    """Evaluate the energy over `contacts` (a `near` subset that holds every candidate that can be active) until told
+    otherwise; None: all."""
     self._scope = contacts
 
 @patch
 def add_energy(self: BarrierTerm, x: wp.array, out: wp.array, contacts: ContactSet | None = None) -> None:
-    "Add Σ B(g) into out[0] on the device (+inf if any candidate has g ≤ 0), over `contacts` (default: the `restrict`ed set, else all)."
+    """Add Σ B(g) into out[0] on the device (+inf if any candidate has g ≤ 0), over `contacts` (default: the
+    `restrict`ed set, else all)."""
     cs = contacts if contacts is not None else self._scope if self._scope is not None else self.contacts
     self._check_x(x, cs)
     if cs.count:
         wp.launch(_barrier_energy_kernel, dim=cs.count, device=cs.device,
-                  inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa)], outputs=[out])
+                  inputs=[x, cs.pairs, cs.kind, cs.offset,
+                          wp.float64(self.dhat),
+                          wp.float64(self.kappa)], outputs=[out])
 
 # %% ../nbs/05_contact_barrier.ipynb #4210b064
 @patch
@@ -457,7 +477,8 @@ def _screen(self: BarrierTerm, x: wp.array, cs: ContactSet, full: bool = False) 
         self._ref_gaps = wp.zeros(int(1.5 * cs.count) + 16, dtype=wp.float64, device=cs.device)
         self._active = wp.zeros(self._ref_gaps.shape[0], dtype=wp.int32, device=cs.device)
     if cs.count:
-        wp.launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[self._ref_gaps], device=cs.device)
+        wp.launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[self._ref_gaps],
+                  device=cs.device)
     if self._ref_x is None or self._ref_x.shape != x.shape: self._ref_x = wp.empty_like(x)
     wp.copy(self._ref_x, x)
     self._ref_of = (cs, cs.version, cs.count)
@@ -479,27 +500,37 @@ def _finish_screen(self: BarrierTerm, flag: wp.array | None = None) -> int:
 def prepare(self: BarrierTerm, x: wp.array) -> None:
     """Select the candidates whose barrier is active at x (0 < g < d̂): the next `num_blocks`/`accumulate` cover only
     those. Without it (or after that `accumulate`), every candidate gets its 16 slots, unused ones marked −1."""
-    cs = self.contacts; self._check_x(x, cs)
+    cs = self.contacts
+    self._check_x(x, cs)
     use = self._screen(x, cs)
     self._active_count.zero_()
     if cs.count:
-        wp.launch(_screened_active_kernel, dim=cs.count, device=cs.device, inputs=[x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
-                  wp.int32(use), self._scalars, wp.float64(self.dhat)], outputs=[self._active_count, self._active])
+        wp.launch(
+            _screened_active_kernel, dim=cs.count, device=cs.device, inputs=[
+                x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
+                wp.int32(use), self._scalars,
+                wp.float64(self.dhat)
+            ], outputs=[self._active_count, self._active])
     self._prepared = (cs, cs.count, self._finish_screen())
 
 @patch
-def near(self: BarrierTerm, x: wp.array, reach: float, out: ContactSet | None = None, flag: wp.array | None = None) -> ContactSet:
+def near(self: BarrierTerm, x: wp.array, reach: float, out: ContactSet | None = None,
+         flag: wp.array | None = None) -> ContactSet:
     """The candidates that can come within d̂ (or collide) while no particle moves more than `reach`/2 from x:
     a gap changes by at most twice the largest vertex motion, so only those with g(x) < d̂ + reach matter
     (`out` is reused when large enough). A device `flag` (int32[1]) is read back with the count into `self.flag`."""
-    cs = self.contacts; self._check_x(x, cs)
+    cs = self.contacts
+    self._check_x(x, cs)
     use = self._screen(x, cs)
     if out is None or out.capacity < cs.count: out = ContactSet.allocate(max(cs.count, 1), device=cs.device)
     self._active_count.zero_()
     if cs.count:
-        wp.launch(_screened_near_kernel, dim=cs.count, device=cs.device, inputs=[x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
-                  wp.int32(use), self._scalars, wp.float64(self.dhat + reach)],
-                  outputs=[self._active_count, out.pairs, out.kind, out.offset])
+        wp.launch(
+            _screened_near_kernel, dim=cs.count, device=cs.device, inputs=[
+                x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
+                wp.int32(use), self._scalars,
+                wp.float64(self.dhat + reach)
+            ], outputs=[self._active_count, out.pairs, out.kind, out.offset])
     out.count = self._finish_screen(flag)
     return out
 
@@ -521,15 +552,23 @@ def num_blocks(self: BarrierTerm) -> int: return 16 * self._selection()[0]
 
 @patch
 def accumulate(self: BarrierTerm, x: wp.array, grad: wp.array, blocks: HessianBlocks, offset: int) -> None:
-    "Add B′·j into `grad` and write the 16 Hessian blocks (as `hessian` says) of every selected candidate at [offset, offset + num_blocks())."
-    cs = self.contacts; self._check_x(x, cs); self._check_x(grad, cs, "grad")
+    """Add B′·j into `grad` and write the 16 Hessian blocks (as `hessian` says) of every selected candidate at [offset,
+    offset + num_blocks())."""
+    cs = self.contacts
+    self._check_x(x, cs)
+    self._check_x(grad, cs, "grad")
     if grad.shape != x.shape: raise ValueError(f"BarrierTerm: grad has shape {grad.shape}, x has {x.shape}")
     m, every = self._selection()
     self._prepared = None
     if offset < 0 or offset + 16 * m > len(blocks):
         raise ValueError(f"BarrierTerm: blocks [{offset}, {offset + 16 * m}) do not fit a buffer of {len(blocks)}")
     if m == 0: return
-    wp.launch(_barrier_accumulate_kernel, dim=m, device=cs.device,
-              inputs=[x, cs.pairs, cs.kind, cs.offset, wp.float64(self.dhat), wp.float64(self.kappa), self._active, wp.int32(every),
-                      wp.int32(offset), wp.int32(_MODE_CODES[self.hessian])],
-              outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
+    wp.launch(
+        _barrier_accumulate_kernel, dim=m, device=cs.device, inputs=[
+            x, cs.pairs, cs.kind, cs.offset,
+            wp.float64(self.dhat),
+            wp.float64(self.kappa), self._active,
+            wp.int32(every),
+            wp.int32(offset),
+            wp.int32(_MODE_CODES[self.hessian])
+        ], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])

@@ -12,7 +12,7 @@ import warp as wp
 from fastcore.basics import patch
 
 from .checks import vec3d_array
-from .distances import KIND_EE, KIND_NAMES, KIND_SS, KIND_VP
+from .distances import KIND_EE, KIND_NAMES, KIND_SS
 from .inputs import IPCModel
 
 # %% auto #0
@@ -32,19 +32,25 @@ class ContactSet:
     def allocate(cls, capacity: int, device=None) -> "ContactSet":
         "An empty set with room for `capacity` candidates."
         capacity = max(int(capacity), 1)
-        return cls(pairs=wp.zeros(capacity, dtype=wp.vec4i, device=device), kind=wp.zeros(capacity, dtype=wp.int32, device=device),
+        return cls(pairs=wp.zeros(capacity, dtype=wp.vec4i,
+                                  device=device), kind=wp.zeros(capacity, dtype=wp.int32, device=device),
                    offset=wp.zeros(capacity, dtype=wp.float64, device=device), count=0)
 
     @classmethod
     def from_numpy(cls, pairs, kind, offset, device=None) -> "ContactSet":
         "A set holding the given candidates (copied)."
-        pairs = np.asarray(pairs, dtype=np.int32).reshape(-1, 4); n = len(pairs)
-        kind = np.asarray(kind, dtype=np.int32).reshape(-1); offset = np.asarray(offset, dtype=np.float64).reshape(-1)
+        pairs = np.asarray(pairs, dtype=np.int32).reshape(-1, 4)
+        n = len(pairs)
+        kind = np.asarray(kind, dtype=np.int32).reshape(-1)
+        offset = np.asarray(offset, dtype=np.float64).reshape(-1)
         if kind.shape != (n,) or offset.shape != (n,):
-            raise ValueError(f"ContactSet.from_numpy: pairs has {n} rows but kind has {kind.shape[0]} and offset {offset.shape[0]}")
+            raise ValueError(f"ContactSet.from_numpy: pairs has {n} rows but kind has {kind.shape[0]} and offset "
+                             f"{offset.shape[0]}")
         cs = cls.allocate(max(n, 1), device)
         if n:
-            cs.pairs.assign(wp.array(pairs, dtype=wp.vec4i, device=device)); cs.kind.assign(kind); cs.offset.assign(offset)
+            cs.pairs.assign(wp.array(pairs, dtype=wp.vec4i, device=device))
+            cs.kind.assign(kind)
+            cs.offset.assign(offset)
         cs.count = n
         return cs
 
@@ -110,7 +116,8 @@ def _primitive_boxes(prim: wp.array(dtype=wp.int32, ndim=2), lo: wp.array(dtype=
     uppers[t] = _hi32(h)
 
 @wp.kernel
-def _edge_boxes(edge: wp.array(dtype=wp.int32, ndim=2), radius: wp.array(dtype=wp.float64), lo: wp.array(dtype=wp.vec3d),
+def _edge_boxes(edge: wp.array(dtype=wp.int32,
+                               ndim=2), radius: wp.array(dtype=wp.float64), lo: wp.array(dtype=wp.vec3d),
                 hi: wp.array(dtype=wp.vec3d), lowers: wp.array(dtype=wp.vec3), uppers: wp.array(dtype=wp.vec3)):
     "The FP32 box of edge t grown by its radius (a capsule's axis)."
     t = wp.tid()
@@ -120,8 +127,9 @@ def _edge_boxes(edge: wp.array(dtype=wp.int32, ndim=2), radius: wp.array(dtype=w
 
 # %% ../nbs/04_candidates.ipynb #b7161682
 @wp.func
-def _append(counter: wp.array(dtype=wp.int32), cap: wp.int32, pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-            offsets: wp.array(dtype=wp.float64), p: wp.vec4i, kind: wp.int32, c: wp.float64):
+def _append(counter: wp.array(dtype=wp.int32), cap: wp.int32, pairs: wp.array(dtype=wp.vec4i),
+            kinds: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.float64), p: wp.vec4i, kind: wp.int32,
+            c: wp.float64):
     slot = wp.atomic_add(counter, 0, 1)
     if slot < cap:
         pairs[slot] = p
@@ -158,8 +166,8 @@ def _edge_offset(ra: wp.float64, rb: wp.float64, min_gap: wp.float64) -> wp.floa
 
 @wp.kernel
 def _query_ee(bvh: wp.uint64, edge: wp.array(dtype=wp.int32, ndim=2), radius: wp.array(dtype=wp.float64),
-              fixed: wp.array(dtype=wp.int32), lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d), delta: wp.float64,
-              min_gap: wp.float64, cap: wp.int32, counter: wp.array(dtype=wp.int32),
+              fixed: wp.array(dtype=wp.int32), lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d),
+              delta: wp.float64, min_gap: wp.float64, cap: wp.int32, counter: wp.array(dtype=wp.int32),
               pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.float64)):
     i = wp.tid()
     a0 = edge[i, 0]
@@ -176,16 +184,19 @@ def _query_ee(bvh: wp.uint64, edge: wp.array(dtype=wp.int32, ndim=2), radius: wp
             continue
         if fixed[a0] != 0 and fixed[a1] != 0 and fixed[b0] != 0 and fixed[b1] != 0:
             continue
-        _append(counter, cap, pairs, kinds, offsets, wp.vec4i(a0, a1, b0, b1), 1, _edge_offset(radius[i], radius[j], min_gap))
+        _append(counter, cap, pairs, kinds, offsets, wp.vec4i(a0, a1, b0, b1), 1,
+                _edge_offset(radius[i], radius[j], min_gap))
 
 # %% ../nbs/04_candidates.ipynb #6c49a053
 @wp.kernel
-def _query_spheres(bvh: wp.uint64, has_tri: wp.int32, sphere: wp.array(dtype=wp.int32), radius: wp.array(dtype=wp.float64),
-                   tri: wp.array(dtype=wp.int32, ndim=2), axis: wp.array(dtype=wp.int32), edge: wp.array(dtype=wp.int32, ndim=2),
-                   edge_radius: wp.array(dtype=wp.float64), fixed: wp.array(dtype=wp.int32),
+def _query_spheres(bvh: wp.uint64, has_tri: wp.int32, sphere: wp.array(dtype=wp.int32),
+                   radius: wp.array(dtype=wp.float64), tri: wp.array(dtype=wp.int32,
+                                                                     ndim=2), axis: wp.array(dtype=wp.int32),
+                   edge: wp.array(dtype=wp.int32,
+                                  ndim=2), edge_radius: wp.array(dtype=wp.float64), fixed: wp.array(dtype=wp.int32),
                    lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d), delta: wp.float64, min_gap: wp.float64,
-                   cap: wp.int32, counter: wp.array(dtype=wp.int32),
-                   pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.float64)):
+                   cap: wp.int32, counter: wp.array(dtype=wp.int32), pairs: wp.array(dtype=wp.vec4i),
+                   kinds: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.float64)):
     k = wp.tid()
     s = sphere[k]
     R = radius[s]
@@ -211,11 +222,12 @@ def _query_spheres(bvh: wp.uint64, has_tri: wp.int32, sphere: wp.array(dtype=wp.
 
 # %% ../nbs/04_candidates.ipynb #9e4e01ac
 @wp.kernel
-def _query_planes(clients: wp.array(dtype=wp.int32), radius: wp.array(dtype=wp.float64), fixed: wp.array(dtype=wp.int32),
-                  planes: wp.array(dtype=wp.vec3i), normals: wp.array(dtype=wp.vec3d), pad: wp.array(dtype=wp.float64),
-                  lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d), delta: wp.float64, min_gap: wp.float64,
-                  cap: wp.int32, counter: wp.array(dtype=wp.int32),
-                  pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.float64)):
+def _query_planes(clients: wp.array(dtype=wp.int32), radius: wp.array(dtype=wp.float64),
+                  fixed: wp.array(dtype=wp.int32), planes: wp.array(dtype=wp.vec3i), normals: wp.array(dtype=wp.vec3d),
+                  pad: wp.array(dtype=wp.float64), lo: wp.array(dtype=wp.vec3d), hi: wp.array(dtype=wp.vec3d),
+                  delta: wp.float64, min_gap: wp.float64, cap: wp.int32, counter: wp.array(dtype=wp.int32),
+                  pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
+                  offsets: wp.array(dtype=wp.float64)):
     v = clients[wp.tid()]
     if fixed[v] != 0:
         return
@@ -249,13 +261,16 @@ def _outside_boxes(xs: wp.array(dtype=wp.vec3d), xe: wp.array(dtype=wp.vec3d), l
 
 # %% ../nbs/04_candidates.ipynb #caa314b2
 class CandidateSearch:
-    "Swept BVH contact-candidate search over an `IPCModel` with skin reuse; `update(x_start, x_end)` returns the `ContactSet`."
+    """Swept BVH contact-candidate search over an `IPCModel` with skin reuse; `update(x_start, x_end)` returns the
+    `ContactSet`."""
     def __init__(self, model: IPCModel, *, dhat: float = 1e-3, min_gap: float = 3e-5, skin: float = 1.5e-3,
                  capacity: int | None = None, edge_radius=None, planes=None, plane_pad=None, device=None):
-        """`edge_radius` (per edge, default 0) makes an edge a capsule axis; `planes` (p, 3) particle triples (o, o + x̂,
-        o + ŷ) are infinite planes with margins `plane_pad`, moved by translation (`set_plane_normals` gives their normals)."""
+        """`edge_radius` (per edge, default 0) makes an edge a capsule axis; `planes` (p, 3) particle triples (o, o +
+        x̂, o + ŷ) are infinite planes with margins `plane_pad`, moved by translation (`set_plane_normals` gives their
+        normals)."""
         if not (dhat > 0 and min_gap >= 0 and skin >= 0):
-            raise ValueError(f"CandidateSearch needs dhat > 0, min_gap ≥ 0 and skin ≥ 0; got dhat={dhat}, min_gap={min_gap}, skin={skin}")
+            raise ValueError(f"CandidateSearch needs dhat > 0, min_gap ≥ 0 and skin ≥ 0; got dhat={dhat}, "
+                             f"min_gap={min_gap}, skin={skin}")
         self.device = wp.get_device(device if device is not None else model.device)
         d = self.device
         self.dhat, self.min_gap, self.skin = float(dhat), float(min_gap), float(skin)
@@ -280,11 +295,15 @@ class CandidateSearch:
         clients = np.union1d(np.unique(tri), model.sphere.numpy()).astype(np.int32)
         self.plane_clients = wp.array(clients[free[clients]], dtype=wp.int32, device=d)
         self.tri_vertices = wp.array(np.unique(tri).astype(np.int32), dtype=wp.int32, device=d)
-        self.lo = wp.zeros(self.n, dtype=wp.vec3d, device=d); self.hi = wp.zeros(self.n, dtype=wp.vec3d, device=d)
-        self._tri_lo = wp.zeros(max(len(tri), 1), dtype=wp.vec3, device=d); self._tri_hi = wp.zeros(max(len(tri), 1), dtype=wp.vec3, device=d)
-        self._edge_lo = wp.zeros(max(len(edge), 1), dtype=wp.vec3, device=d); self._edge_hi = wp.zeros(max(len(edge), 1), dtype=wp.vec3, device=d)
+        self.lo = wp.zeros(self.n, dtype=wp.vec3d, device=d)
+        self.hi = wp.zeros(self.n, dtype=wp.vec3d, device=d)
+        self._tri_lo = wp.zeros(max(len(tri), 1), dtype=wp.vec3, device=d)
+        self._tri_hi = wp.zeros(max(len(tri), 1), dtype=wp.vec3, device=d)
+        self._edge_lo = wp.zeros(max(len(edge), 1), dtype=wp.vec3, device=d)
+        self._edge_hi = wp.zeros(max(len(edge), 1), dtype=wp.vec3, device=d)
         self._tri_bvh = self._edge_bvh = None
-        self._counter = wp.zeros(1, dtype=wp.int32, device=d); self._flag = wp.zeros(1, dtype=wp.int32, device=d)
+        self._counter = wp.zeros(1, dtype=wp.int32, device=d)
+        self._flag = wp.zeros(1, dtype=wp.int32, device=d)
         cap = capacity if capacity is not None else 8 * (len(tri) + len(edge)) + 64
         self.contacts = ContactSet.allocate(cap, device=d)
         self.built, self.built_from = False, None
@@ -295,14 +314,16 @@ class CandidateSearch:
 def set_plane_normals(self: CandidateSearch, normals) -> None:
     "The unit normals (p, 3) of the planes for the coming motion (a plane moves by translation only)."
     n = np.asarray(normals, dtype=np.float64).reshape(-1, 3)
-    if n.shape[0] != self.planes.shape[0]: raise ValueError(f"CandidateSearch: {n.shape[0]} normals for {self.planes.shape[0]} planes")
+    if n.shape[0] != self.planes.shape[0]: raise ValueError(f"CandidateSearch: {n.shape[0]} normals for "
+                                                            f"{self.planes.shape[0]} planes")
     if np.array_equal(n, self.plane_normals.numpy()): return
     self.plane_normals.assign(n)
     self.built = False
 
 @patch
 def covers(self: CandidateSearch, x_start: wp.array, x_end: wp.array | None = None) -> bool:
-    "True when every particle's start and end positions lie in the boxes the current set was built with (the reuse rule)."
+    """True when every particle's start and end positions lie in the boxes the current set was built with (the reuse
+    rule)."""
     if not self.built: return False
     return int(self.covers_launch(x_start, x_end).numpy()[0]) == 0
 
@@ -312,15 +333,19 @@ def covers_launch(self: CandidateSearch, x_start: wp.array, x_end: wp.array | No
     caller to read with other scalars; None when there is no set to cover anything (build one)."""
     if not self.built: return None
     x_start = vec3d_array(x_start, "x_start", fn="CandidateSearch", n=self.n, device=self.device, same_device=True)
-    x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n, device=self.device, same_device=True)
+    x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n,
+                                                      device=self.device, same_device=True)
     self._flag.zero_()
-    wp.launch(_outside_boxes, dim=self.n, inputs=[x_start, x_end, self.lo, self.hi], outputs=[self._flag], device=self.device)
+    wp.launch(_outside_boxes, dim=self.n, inputs=[x_start, x_end, self.lo, self.hi], outputs=[self._flag],
+              device=self.device)
     return self._flag
 
 # %% ../nbs/04_candidates.ipynb #0d7bb7b7
 @patch
-def update(self: CandidateSearch, x_start: wp.array, x_end: wp.array | None = None, *, force: bool = False) -> ContactSet:
-    "The candidates of the motion x_start → x_end (default: static); the last set is reused while it `covers` the motion."
+def update(self: CandidateSearch, x_start: wp.array, x_end: wp.array | None = None, *,
+           force: bool = False) -> ContactSet:
+    """The candidates of the motion x_start → x_end (default: static); the last set is reused while it `covers` the
+    motion."""
     if not force and self.covers(x_start, x_end):
         self.stats["reuses"] += 1
         return self.contacts
@@ -332,22 +357,26 @@ def build(self: CandidateSearch, x_start: wp.array, x_end: wp.array | None = Non
     that motion alone: a copy is kept (`built_from`), and `restore` rebuilds the same set from it."""
     d = self.device
     x_start = vec3d_array(x_start, "x_start", fn="CandidateSearch", n=self.n, device=d, same_device=True)
-    x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n, device=d, same_device=True)
+    x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n, device=d,
+                                                      same_device=True)
     # boxes, trees and candidates change together: a build cut short (an interrupt) leaves no set to reuse
     self.built, self.built_from = False, None
     self._flag.zero_()
-    wp.launch(_particle_boxes, dim=self.n, inputs=[x_start, x_end, wp.float64(self.skin)], outputs=[self.lo, self.hi, self._flag], device=d)
+    wp.launch(_particle_boxes, dim=self.n, inputs=[x_start, x_end, wp.float64(self.skin)],
+              outputs=[self.lo, self.hi, self._flag], device=d)
     bad = int(self._flag.numpy()[0])
     if bad:
         self.built = False
         raise ValueError(f"CandidateSearch: particle {bad - 1} has a non-finite start or end position")
     T, E = self.tri.shape[0], self.edge.shape[0]
     if T:
-        wp.launch(_primitive_boxes, dim=T, inputs=[self.tri, self.lo, self.hi], outputs=[self._tri_lo, self._tri_hi], device=d)
+        wp.launch(_primitive_boxes, dim=T, inputs=[self.tri, self.lo, self.hi], outputs=[self._tri_lo, self._tri_hi],
+                  device=d)
         if self._tri_bvh is None: self._tri_bvh = wp.Bvh(self._tri_lo, self._tri_hi)
         else: self._tri_bvh.rebuild()
     if E:
-        wp.launch(_edge_boxes, dim=E, inputs=[self.edge, self.edge_radius, self.lo, self.hi], outputs=[self._edge_lo, self._edge_hi], device=d)
+        wp.launch(_edge_boxes, dim=E, inputs=[self.edge, self.edge_radius, self.lo, self.hi],
+                  outputs=[self._edge_lo, self._edge_hi], device=d)
         if self._edge_bvh is None: self._edge_bvh = wp.Bvh(self._edge_lo, self._edge_hi)
         else: self._edge_bvh.rebuild()
     while True:
@@ -384,9 +413,12 @@ def _query(self: CandidateSearch) -> int:
                   inputs=[self._edge_bvh.id, self.edge, self.edge_radius, self.fixed, self.lo, self.hi, delta, mg, cap])
     if self.sphere.shape[0]:
         has_tri = self.tri.shape[0] > 0
-        wp.launch(_query_spheres, dim=self.sphere.shape[0], device=d, outputs=out,
-                  inputs=[self._tri_bvh.id if has_tri else wp.uint64(0), wp.int32(has_tri), self.sphere, self.radius, self.tri,
-                          self.axis, self.edge, self.edge_radius, self.fixed, self.lo, self.hi, delta, mg, cap])
+        wp.launch(
+            _query_spheres, dim=self.sphere.shape[0], device=d, outputs=out, inputs=[
+                self._tri_bvh.id if has_tri else wp.uint64(0),
+                wp.int32(has_tri), self.sphere, self.radius, self.tri, self.axis, self.edge, self.edge_radius,
+                self.fixed, self.lo, self.hi, delta, mg, cap
+            ])
     if self.planes.shape[0] and self.plane_clients.shape[0]:
         wp.launch(_query_planes, dim=self.plane_clients.shape[0], device=d, outputs=out,
                   inputs=[self.plane_clients, self.radius, self.fixed, self.planes, self.plane_normals, self.plane_pad,

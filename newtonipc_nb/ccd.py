@@ -241,8 +241,9 @@ def _min_bound(b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
     wp.atomic_min(out, 0, b[wp.tid()])
 
 class DeviceStepBound:
-    """`step_bound` for a solver's inner loop: the per-candidate bounds and their minimum stay on the device, in buffers kept
-    between calls, and one scalar is read back. Arguments are not checked: the caller owns them (`step_bound` checks)."""
+    """`step_bound` for a solver's inner loop: the per-candidate bounds and their minimum stay on the device, in buffers
+    kept between calls, and one scalar is read back. Arguments are not checked: the caller owns them (`step_bound`
+    checks)."""
     def __init__(self, method: str = "accd", *, eta: float = ACCD_ETA, max_iter: int = ACCD_MAX_ITER, device=None):
         self.method = choice(method, "method", STEP_METHODS, fn="DeviceStepBound")
         _check_accd_args(0.0, eta, max_iter, "DeviceStepBound")
@@ -268,12 +269,14 @@ class DeviceStepBound:
                       inputs=[x, dx, cs.pairs, cs.kind, cs.offset, wp.float64(self.eta), wp.int32(self.max_iter)])
             wp.launch(_min_toi, dim=m, inputs=[self._bounds, out], device=d)
         else:
-            wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[x, dx, cs.pairs, cs.kind, cs.offset], outputs=[self._bounds])
+            wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[x, dx, cs.pairs, cs.kind, cs.offset],
+                      outputs=[self._bounds])
             wp.launch(_min_bound, dim=m, inputs=[self._bounds, out], device=d)
 
 def step_bound(contacts: ContactSet, x, dx, *, method: str = "accd", eta: float = ACCD_ETA,
                max_iter: int = ACCD_MAX_ITER, device=None) -> float:
-    "The largest α in [0, 1] that keeps every candidate's gap positive along x → x + α dx (`method` 'accd' or the reference implementation's 'normal')."
+    """The largest α in [0, 1] that keeps every candidate's gap positive along x → x + α dx (`method` 'accd' or the
+    reference implementation's 'normal')."""
     b = candidate_step_bounds(contacts, x, dx, method=method, eta=eta, max_iter=max_iter, device=device)
     return bound_from_minimum(float(b.min()), method) if b.size else 1.0
 

@@ -44,7 +44,8 @@ def _lag_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), ki
 # %% ../nbs/08_friction.ipynb #12dad611
 @wp.func
 def _tangent(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3d), p: wp.vec4i, w: wp.vec4d, n: wp.vec3d):
-    u = w[0] * (x[p[0]] - x0[p[0]]) + w[1] * (x[p[1]] - x0[p[1]]) + w[2] * (x[p[2]] - x0[p[2]]) + w[3] * (x[p[3]] - x0[p[3]])
+    u = w[0] * (x[p[0]] - x0[p[0]]) + w[1] * (x[p[1]] - x0[p[1]]) + w[2] * (x[p[2]] - x0[p[2]]) + w[3] * (x[p[3]] -
+                                                                                                          x0[p[3]])
     return u - wp.dot(n, u) * n
 
 @wp.kernel
@@ -84,11 +85,13 @@ def _friction_accumulate(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3
 # %% ../nbs/08_friction.ipynb #45b0b9f3
 class FrictionTerm(ElementEnergyTerm):
     "Lagged smoothed friction over the contact candidates of `search` (a `CandidateSearch`); μ = `mu`."
-    def __init__(self, search, *, mu: float = 0.35, dhat: float = 1.0e-3, kappa: float = 1000.0, sliding_speed: float = 1.0e-3,
-                 particle_mu=None):
-        "`particle_mu` (per particle, < 0 where unset) gives the coefficient of every contact that involves that particle."
+    def __init__(self, search, *, mu: float = 0.35, dhat: float = 1.0e-3, kappa: float = 1000.0,
+                 sliding_speed: float = 1.0e-3, particle_mu=None):
+        """`particle_mu` (per particle, < 0 where unset) gives the coefficient of every contact that involves that
+        particle."""
         fn = "FrictionTerm"
-        if not hasattr(search, "contacts"): raise TypeError(f"{fn}: search must be a CandidateSearch, got {type(search).__name__}")
+        if not hasattr(search, "contacts"): raise TypeError(f"{fn}: search must be a CandidateSearch, got "
+                                                            f"{type(search).__name__}")
         non_negative(mu, "mu", fn=fn)
         for name, v in (("dhat", dhat), ("kappa", kappa), ("sliding_speed", sliding_speed)): positive(v, name, fn=fn)
         self.search, self.mu, self.dhat, self.kappa, self.sliding_speed = search, mu, dhat, kappa, sliding_speed
@@ -103,13 +106,15 @@ class FrictionTerm(ElementEnergyTerm):
         d = self.device
         self.count, self.eps = 0, 1.0
         self.x0 = wp.zeros(0, dtype=wp.vec3d, device=d)
-        self.pairs = wp.zeros(0, dtype=wp.vec4i, device=d); self.w = wp.zeros(0, dtype=wp.vec4d, device=d)
-        self.n = wp.zeros(0, dtype=wp.vec3d, device=d); self.load = wp.zeros(0, dtype=wp.float64, device=d)
+        self.pairs = wp.zeros(0, dtype=wp.vec4i, device=d)
+        self.w = wp.zeros(0, dtype=wp.vec4d, device=d)
+        self.n = wp.zeros(0, dtype=wp.vec3d, device=d)
+        self.load = wp.zeros(0, dtype=wp.float64, device=d)
         self._e = wp.zeros(0, dtype=wp.float64, device=d)
 
     def lag(self, x0: wp.array, dt: float, contacts=None, reference: wp.array | None = None):
-        """Freeze loads, weights and normals at the step's start positions `x0`, keeping the candidates that carry a load
-        (an active barrier); `contacts` (default: every candidate of the search) may be any superset of those.
+        """Freeze loads, weights and normals at the step's start positions `x0`, keeping the candidates that carry a
+        load (an active barrier); `contacts` (default: every candidate of the search) may be any superset of those.
         Sliding is measured from `reference` (default `x0`): the positions before prescribed particles moved."""
         cs = self.search.contacts if contacts is None else contacts
         m = int(cs.count) if self._any_mu else 0
@@ -117,14 +122,23 @@ class FrictionTerm(ElementEnergyTerm):
         self.eps = dt * self.sliding_speed
         self.x0 = wp.clone(x0 if reference is None else reference)
         d = self.device
-        w, n, load = wp.zeros(m, dtype=wp.vec4d, device=d), wp.zeros(m, dtype=wp.vec3d, device=d), wp.zeros(m, dtype=wp.float64, device=d)
+        w, n, load = wp.zeros(m, dtype=wp.vec4d, device=d), wp.zeros(m, dtype=wp.vec3d,
+                                                                     device=d), wp.zeros(m, dtype=wp.float64, device=d)
         if m:
-            wp.launch(_lag_kernel, dim=m, inputs=[x0, cs.pairs, cs.kind, cs.offset, wp.float64(self.mu), self.particle_mu, wp.float64(self.dhat),
-                                                  wp.float64(self.kappa), w, n, load], device=d)
-        keep = np.flatnonzero(load.numpy() > 0) if m else np.zeros(0, np.int64)       # once per step: host compaction is cheap
+            wp.launch(
+                _lag_kernel, dim=m, inputs=[
+                    x0, cs.pairs, cs.kind, cs.offset,
+                    wp.float64(self.mu), self.particle_mu,
+                    wp.float64(self.dhat),
+                    wp.float64(self.kappa), w, n, load
+                ], device=d)
+        # once per step: host compaction is cheap
+        keep = np.flatnonzero(load.numpy() > 0) if m else np.zeros(0, np.int64)
         self.pairs = wp.array(cs.pairs.numpy()[keep], dtype=wp.vec4i, device=d)
-        self.w, self.n = wp.array(w.numpy()[keep], dtype=wp.vec4d, device=d), wp.array(n.numpy()[keep], dtype=wp.vec3d, device=d)
-        self.load, self._e = wp.array(load.numpy()[keep], dtype=wp.float64, device=d), wp.zeros(len(keep), dtype=wp.float64, device=d)
+        self.w, self.n = wp.array(w.numpy()[keep], dtype=wp.vec4d,
+                                  device=d), wp.array(n.numpy()[keep], dtype=wp.vec3d, device=d)
+        self.load, self._e = wp.array(load.numpy()[keep], dtype=wp.float64,
+                                      device=d), wp.zeros(len(keep), dtype=wp.float64, device=d)
         self.count = len(keep)
 
     def active(self) -> int:
@@ -133,13 +147,17 @@ class FrictionTerm(ElementEnergyTerm):
 
     def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         if self.count:
-            wp.launch(_friction_energy, dim=self.count, inputs=[x, self.x0, self.pairs, self.w, self.n, self.load, wp.float64(self.eps), self._e, total],
-                      device=self.device)
+            wp.launch(_friction_energy, dim=self.count,
+                      inputs=[x, self.x0, self.pairs, self.w, self.n, self.load,
+                              wp.float64(self.eps), self._e, total], device=self.device)
         return self._e
 
     def num_blocks(self) -> int: return 16 * self.count
 
     def accumulate(self, x, grad, blocks: HessianBlocks, offset: int) -> None:
         if not self.count: return
-        wp.launch(_friction_accumulate, dim=self.count, inputs=[x, self.x0, self.pairs, self.w, self.n, self.load, wp.float64(self.eps),
-                                                                 grad, blocks.rows, blocks.cols, blocks.vals, offset], device=self.device)
+        wp.launch(
+            _friction_accumulate, dim=self.count, inputs=[
+                x, self.x0, self.pairs, self.w, self.n, self.load,
+                wp.float64(self.eps), grad, blocks.rows, blocks.cols, blocks.vals, offset
+            ], device=self.device)

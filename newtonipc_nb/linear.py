@@ -26,7 +26,8 @@ __all__ = ['LINEAR_SOLVERS', 'LinearSolveError', 'NewtonSystem', 'ScalarCSR', 'L
 
 # %% ../nbs/09_linear.ipynb #28ba7bc0
 @wp.func
-def _find_block(offsets: wp.array(dtype=wp.int32), columns: wp.array(dtype=wp.int32), i: wp.int32, j: wp.int32) -> wp.int32:
+def _find_block(offsets: wp.array(dtype=wp.int32), columns: wp.array(dtype=wp.int32), i: wp.int32,
+                j: wp.int32) -> wp.int32:
     "Index of block (i, j) in a BSR pattern (columns sorted within each row), or −1."
     lo = offsets[i]
     end = offsets[i + 1]
@@ -44,10 +45,12 @@ def _find_block(offsets: wp.array(dtype=wp.int32), columns: wp.array(dtype=wp.in
 
 @wp.kernel
 def _scatter_blocks(rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d),
-                    fixed: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32), columns: wp.array(dtype=wp.int32),
-                    block_rows: wp.array(dtype=wp.int32), values: wp.array(dtype=wp.mat33d), hint: wp.array(dtype=wp.int32),
+                    fixed: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32),
+                    columns: wp.array(dtype=wp.int32), block_rows: wp.array(dtype=wp.int32),
+                    values: wp.array(dtype=wp.mat33d), hint: wp.array(dtype=wp.int32),
                     missed: wp.array(dtype=wp.int32)):
-    "Add triplet k into its block; `hint[k]` remembers where it went last time (checked, so a stale hint only costs a search)."
+    """Add triplet k into its block; `hint[k]` remembers where it went last time (checked, so a stale hint only costs a
+    search)."""
     k = wp.tid()
     r = rows[k]
     c = cols[k]
@@ -84,8 +87,8 @@ def _finish_diagonal(diag: wp.array(dtype=wp.int32), fixed: wp.array(dtype=wp.in
         wp.atomic_add(bad, 0, 1)
 
 @wp.kernel
-def _equilibrate(block_rows: wp.array(dtype=wp.int32), columns: wp.array(dtype=wp.int32), values: wp.array(dtype=wp.mat33d),
-                 d: wp.array(dtype=wp.vec3d)):
+def _equilibrate(block_rows: wp.array(dtype=wp.int32), columns: wp.array(dtype=wp.int32),
+                 values: wp.array(dtype=wp.mat33d), d: wp.array(dtype=wp.vec3d)):
     s = wp.tid()
     di = d[block_rows[s]]
     dj = d[columns[s]]
@@ -96,7 +99,8 @@ def _equilibrate(block_rows: wp.array(dtype=wp.int32), columns: wp.array(dtype=w
     values[s] = m
 
 @wp.kernel
-def _scaled_rhs(g: wp.array(dtype=wp.vec3d), d: wp.array(dtype=wp.vec3d), fixed: wp.array(dtype=wp.int32), rhs: wp.array(dtype=wp.vec3d)):
+def _scaled_rhs(g: wp.array(dtype=wp.vec3d), d: wp.array(dtype=wp.vec3d), fixed: wp.array(dtype=wp.int32),
+                rhs: wp.array(dtype=wp.vec3d)):
     "rhs = −D g, with the gradient of fixed particles dropped."
     i = wp.tid()
     if fixed[i] != 0:
@@ -110,8 +114,8 @@ def _unscale(z: wp.array(dtype=wp.vec3d), d: wp.array(dtype=wp.vec3d), dx: wp.ar
 
 # %% ../nbs/09_linear.ipynb #c96ab8f4
 class NewtonSystem:
-    """The Newton system of one iteration on a 3×3-block pattern that is kept while it holds every block:
-    `H` (warp BSR, equilibrated D H D once `finish` ran), `D` (the scaling), `grad` and `rhs` = −D ∇Φ (Warp vec3d arrays)."""
+    """The Newton system of one iteration on a 3×3-block pattern that is kept while it holds every block: `H` (warp BSR,
+    equilibrated D H D once `finish` ran), `D` (the scaling), `grad` and `rhs` = −D ∇Φ (Warp vec3d arrays)."""
     def __init__(self, n: int, fixed: wp.array, device=None):
         self.n, self.device = int(n), str(wp.get_device(device))
         self.fixed = fixed
@@ -150,7 +154,8 @@ class NewtonSystem:
         self._stale = False
 
     def pattern_state(self) -> tuple:
-        "What `restore_pattern` needs to put the pattern back: the keys (never changed in place) and the shrink reference."
+        """What `restore_pattern` needs to put the pattern back: the keys (never changed in place) and the shrink
+        reference."""
         return self._keys, self._fresh_nnz
 
     def restore_pattern(self, state: tuple):
@@ -178,11 +183,14 @@ class NewtonSystem:
             self._flags.zero_()
             self._checked = None
             if count:
-                wp.launch(_scatter_blocks, dim=count, device=self.device,
-                          inputs=[blocks.rows, blocks.cols, blocks.vals, self.fixed, self.H.offsets, self.H.columns, self.block_rows,
-                                  self.H.values, self._hint, self._missed])
+                wp.launch(
+                    _scatter_blocks, dim=count, device=self.device, inputs=[
+                        blocks.rows, blocks.cols, blocks.vals, self.fixed, self.H.offsets, self.H.columns,
+                        self.block_rows, self.H.values, self._hint, self._missed
+                    ])
             # the diagonal check of `finish` runs now, so that both flags come back in one read
-            wp.launch(_finish_diagonal, dim=self.n, device=self.device, inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
+            wp.launch(_finish_diagonal, dim=self.n, device=self.device,
+                      inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
             missed, bad = (int(v) for v in read_back(self._flags))
             if missed == 0:
                 self._checked = bad
@@ -195,12 +203,14 @@ class NewtonSystem:
         raise AssertionError("a block is still missing after the pattern was rebuilt")
 
     def finish(self):
-        "Identity on fixed particles, D = diag(H)^(−1/2), H ← D H D and rhs = −D ∇Φ; raises if a free diagonal entry is not positive."
+        """Identity on fixed particles, D = diag(H)^(−1/2), H ← D H D and rhs = −D ∇Φ; raises if a free diagonal entry
+        is not positive."""
         d = self.device
         bad, self._checked = self._checked, None
         if bad is None:                     # H was not just assembled here: check it now
             self._bad.zero_()
-            wp.launch(_finish_diagonal, dim=self.n, device=d, inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
+            wp.launch(_finish_diagonal, dim=self.n, device=d,
+                      inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
             bad = int(read_back(self._bad)[0])
         if bad:
             raise LinearSolveError(f"{bad} diagonal block(s) of the Newton matrix are not positive")
@@ -208,10 +218,12 @@ class NewtonSystem:
         wp.launch(_scaled_rhs, dim=self.n, device=d, inputs=[self.grad, self.D, self.fixed, self.rhs])
 
     def copy(self) -> "NewtonSystem":
-        "An independent copy of the pattern, values, D, gradient and right-hand side (an observer's systems are reused next iteration)."
+        """An independent copy of the pattern, values, D, gradient and right-hand side (an observer's systems are reused
+        next iteration)."""
         s = NewtonSystem(self.n, self.fixed, device=self.device)
         s._set_pattern(self._keys.copy())
-        for dst, src, k in ((s.H.values, self.H.values, self.nnz), (s.D, self.D, self.n), (s.grad, self.grad, self.n), (s.rhs, self.rhs, self.n)):
+        for dst, src, k in ((s.H.values, self.H.values, self.nnz), (s.D, self.D, self.n), (s.grad, self.grad, self.n),
+                            (s.rhs, self.rhs, self.n)):
             wp.copy(dst, src, count=k)
         return s
 
@@ -235,13 +247,15 @@ class ScalarCSR:
         H, n = system.H, system.n
         br, bc = system.block_rows.numpy().astype(np.int64), H.columns.numpy()[: system.nnz].astype(np.int64)
         a, b = np.meshgrid(np.arange(3), np.arange(3), indexing="ij")
-        R = (3 * br[:, None, None] + a).ravel(); C = (3 * bc[:, None, None] + b).ravel()
+        R = (3 * br[:, None, None] + a).ravel()
+        C = (3 * bc[:, None, None] + b).ravel()
         src = np.arange(9 * len(br), dtype=np.int64)
         keep = C >= R if upper else np.ones(len(R), bool)
         R, C, src = R[keep], C[keep], src[keep]
         order = np.lexsort((C, R))
         self.shape = (3 * n, 3 * n)
-        self.indptr = np.zeros(3 * n + 1, np.int32); np.cumsum(np.bincount(R, minlength=3 * n), out=self.indptr[1:])
+        self.indptr = np.zeros(3 * n + 1, np.int32)
+        np.cumsum(np.bincount(R, minlength=3 * n), out=self.indptr[1:])
         self.indices = C[order].astype(np.int32)
         self._src = wp.array(src[order].astype(np.int32), dtype=wp.int32, device=system.device)
         self.data = wp.zeros(len(order), dtype=wp.float64, device=system.device)
@@ -249,7 +263,8 @@ class ScalarCSR:
 
     def refresh(self) -> wp.array:
         "Copy the current block values into `data`."
-        wp.launch(_gather, dim=len(self.indices), device=self._system.device, inputs=[self._system.H.values, self._src, self.data])
+        wp.launch(_gather, dim=len(self.indices), device=self._system.device,
+                  inputs=[self._system.H.values, self._src, self.data])
         return self.data
 
 # %% ../nbs/09_linear.ipynb #8f66a00e
@@ -262,11 +277,15 @@ class LinearSolver:
         self._version = None
 
     def prepare(self, system: NewtonSystem) -> None:
-        "Analyse the pattern if it changed since the last call (or an analysis was cut short), then factorise the current values."
+        """Analyse the pattern if it changed since the last call (or an analysis was cut short), then factorise the
+        current values."""
         if system.version != self._version:
             self._version = None            # set again only once the analysis is complete
-            self.analyse(system); self._version = system.version; self.stats["analyses"] += 1
-        self.factorise(system); self.stats["factorisations"] += 1
+            self.analyse(system)
+            self._version = system.version
+            self.stats["analyses"] += 1
+        self.factorise(system)
+        self.stats["factorisations"] += 1
 
     def invalidate(self) -> None:
         "Forget the analysis: the next `prepare` analyses the pattern again."
@@ -288,13 +307,17 @@ class PardisoSolver(LinearSolver):
     name = "pardiso"
     def __init__(self, threads: int | None = None):
         super().__init__()
-        if threads is not None and not (isinstance(threads, int) and threads >= 1): raise ValueError(f"PardisoSolver: threads must be an integer ≥ 1, got {threads!r}")
+        if threads is not None and not (isinstance(threads, int) and threads >= 1):
+            raise ValueError(f"PardisoSolver: threads must "
+                             f"be an integer ≥ 1, got "
+                             f"{threads!r}")
         import pypardiso
         self._pypardiso, self.threads, self._ps = pypardiso, threads, None
         self._n = 0                         # the size of the analysed pattern; 0: nothing held by PARDISO to release
 
     def analyse(self, system):
-        if str(system.device) != "cpu": raise LinearSolveError("pardiso runs on the CPU only; use 'cholespy' or 'pcg' on CUDA")
+        if str(system.device) != "cpu": raise LinearSolveError("pardiso runs on the CPU only; use 'cholespy' or "
+                                                               "'pcg' on CUDA")
         if self._ps is None:
             self._ps = self._pypardiso.PyPardisoSolver(mtype=2)          # real symmetric positive definite, upper CSR
             # pypardiso searches the whole environment for MKL (~0.3 s) unless told where it is: tell the next solvers
@@ -317,12 +340,14 @@ class PardisoSolver(LinearSolver):
         b = self._b if b is None else np.ascontiguousarray(b, dtype=np.float64)
         data, err, one = self.csr.data.numpy(), ctypes.c_int32(0), ctypes.byref(ctypes.c_int32(1))
         ps._mkl_pardiso(ps.pt.ctypes.data_as(ctypes.POINTER(ps._pt_type[0])), one, one, ctypes.byref(ctypes.c_int32(2)),
-                        ctypes.byref(ctypes.c_int32(phase)), ctypes.byref(ctypes.c_int32(self._n)), data.ctypes.data_as(f64),
-                        self._ia.ctypes.data_as(i32), self._ja.ctypes.data_as(i32), ps.perm.ctypes.data_as(i32), one,
-                        ps.iparm.ctypes.data_as(i32), ctypes.byref(ctypes.c_int32(0)), b.ctypes.data_as(f64), self._x.ctypes.data_as(f64),
-                        ctypes.byref(err))
+                        ctypes.byref(ctypes.c_int32(phase)), ctypes.byref(ctypes.c_int32(self._n)),
+                        data.ctypes.data_as(f64), self._ia.ctypes.data_as(i32), self._ja.ctypes.data_as(i32),
+                        ps.perm.ctypes.data_as(i32), one, ps.iparm.ctypes.data_as(i32), ctypes.byref(ctypes.c_int32(0)),
+                        b.ctypes.data_as(f64), self._x.ctypes.data_as(f64), ctypes.byref(err))
         if err.value != 0:
-            raise LinearSolveError(f"pardiso phase {phase} failed with error {err.value}" + (" (the matrix is not positive definite)" if err.value == -4 else ""))
+            raise LinearSolveError(f"pardiso phase {phase} failed with error {err.value}" +
+                                   (" (the matrix is not positive "
+                                    "definite)" if err.value == -4 else ""))
         return self._x
 
     def factorise(self, system):
@@ -331,7 +356,8 @@ class PardisoSolver(LinearSolver):
 
     def solve(self, system, out):
         x = self._run(33, system.rhs.numpy().reshape(-1))
-        _check_solution(x, self.name); self.stats["solves"] += 1
+        _check_solution(x, self.name)
+        self.stats["solves"] += 1
         out.assign(x.reshape(-1, 3))
 
 # %% ../nbs/09_linear.ipynb #9af80274
@@ -343,7 +369,8 @@ class _TorchSolver(LinearSolver):
         self._indptr, self._indices = (torch.from_numpy(a).to(self._dev) for a in (self.csr.indptr, self.csr.indices))
 
 class CholespySolver(_TorchSolver):
-    "Sparse Cholesky by cholespy (CHOLMOD on the CPU, its own kernels on CUDA); it has no numeric-only refactorisation, so every factorisation redoes the analysis."
+    """Sparse Cholesky by cholespy (CHOLMOD on the CPU, its own kernels on CUDA); it has no numeric-only
+    refactorisation, so every factorisation redoes the analysis."""
     name = "cholespy"
 
     def factorise(self, system):
@@ -357,7 +384,8 @@ class CholespySolver(_TorchSolver):
     def solve(self, system, out):
         x = torch.zeros(3 * system.n, dtype=torch.float64, device=self._dev)
         self._s.solve(wp.to_torch(system.rhs).reshape(-1), x)
-        _check_solution(x.cpu().numpy(), self.name); self.stats["solves"] += 1
+        _check_solution(x.cpu().numpy(), self.name)
+        self.stats["solves"] += 1
         out.assign(wp.from_torch(x.reshape(-1, 3), dtype=wp.vec3d))
 
 class DenseSolver(_TorchSolver):
@@ -375,14 +403,15 @@ class DenseSolver(_TorchSolver):
 
     def solve(self, system, out):
         x = torch.cholesky_solve(wp.to_torch(system.rhs).reshape(-1, 1), self._L)[:, 0]
-        _check_solution(x.cpu().numpy(), self.name); self.stats["solves"] += 1
+        _check_solution(x.cpu().numpy(), self.name)
+        self.stats["solves"] += 1
         out.assign(wp.from_torch(x.reshape(-1, 3).contiguous(), dtype=wp.vec3d))
 
 # %% ../nbs/09_linear.ipynb #774189e7
 class PCGSolver(LinearSolver):
     """Conjugate gradients (Warp) with a block-Jacobi preconditioner, to a true relative residual ‖b − A z‖/‖b‖ ≤ `tol`.
-    Warp's `cg` also applies `tol` as an *absolute* bound unless `atol` is given, so the bound is passed as
-    atol = tol·‖b‖; the true residual is then checked, restarting CG from z (up to `max_restarts` times) if it drifted."""
+    Warp's `cg` also applies `tol` as an *absolute* bound unless `atol` is given, so the bound is passed as atol =
+    tol·‖b‖; the true residual is then checked, restarting CG from z (up to `max_restarts` times) if it drifted."""
     name = "pcg"
     def __init__(self, tol: float = 1e-12, max_restarts: int = 5):
         super().__init__()
@@ -401,44 +430,56 @@ class PCGSolver(LinearSolver):
         if bn > 0.0:
             r = wp.empty_like(b)
             for _ in range(1 + self.max_restarts):
-                k, _, _ = cg(H, b, out, tol=self.tol, atol=self.tol * bn, maxiter=10 * n, M=self._M, use_cuda_graph=False)
+                k, _, _ = cg(H, b, out, tol=self.tol, atol=self.tol * bn, maxiter=10 * n, M=self._M,
+                             use_cuda_graph=False)
                 its += int(k)
-                wp.copy(r, b); wps.bsr_mv(H, out, r, alpha=-1.0, beta=1.0)
+                wp.copy(r, b)
+                wps.bsr_mv(H, out, r, alpha=-1.0, beta=1.0)
                 res = float(np.linalg.norm(r.numpy())) / bn
                 if res <= self.tol: break
-        self.stats["solves"] += 1; self.stats["cg_iterations"] += its
+        self.stats["solves"] += 1
+        self.stats["cg_iterations"] += its
         self.stats["last_cg_iterations"], self.stats["last_residual"] = its, res
         _check_solution(out.numpy(), self.name)
         if res > self.tol:
-            raise LinearSolveError(f"PCG did not converge: true relative residual {res:.3e} > {self.tol:.0e} after {its} iterations")
+            raise LinearSolveError(f"PCG did not converge: true relative residual {res:.3e} > {self.tol:.0e} after "
+                                   f"{its} iterations")
 
 # %% ../nbs/09_linear.ipynb #7e4a7ac3
 LINEAR_SOLVERS = dict(pardiso=PardisoSolver, cholespy=CholespySolver, dense=DenseSolver, pcg=PCGSolver)
 
 def make_linear_solver(spec="auto", device=None) -> LinearSolver:
-    "A `LinearSolver` from a name ('auto': pardiso on the CPU, cholespy on CUDA; 'cholesky' is cholespy) or the instance itself."
+    """A `LinearSolver` from a name ('auto': pardiso on the CPU, cholespy on CUDA; 'cholesky' is cholespy) or the
+    instance itself."""
     if isinstance(spec, LinearSolver): return spec
-    if not isinstance(spec, str): raise TypeError(f"linear_solver must be a name or a LinearSolver, got {type(spec).__name__}")
+    if not isinstance(spec, str): raise TypeError(f"linear_solver must be a name or a LinearSolver, got "
+                                                  f"{type(spec).__name__}")
     if spec == "auto": spec = "cholespy" if str(wp.get_device(device)).startswith("cuda") else "pardiso"
     if spec == "cholesky": spec = "cholespy"
-    if spec not in LINEAR_SOLVERS: raise ValueError(f"linear_solver must be 'auto', one of {sorted(LINEAR_SOLVERS)} or 'cholesky', or a LinearSolver; got {spec!r}")
+    if spec not in LINEAR_SOLVERS: raise ValueError(f"linear_solver must be 'auto', one of "
+                                                    f"{sorted(LINEAR_SOLVERS)} or 'cholesky', or a LinearSolver; "
+                                                    f"got {spec!r}")
     return LINEAR_SOLVERS[spec]()
 
 def system_from_bsr(H: wps.BsrMatrix, rhs) -> NewtonSystem:
-    "A `NewtonSystem` holding a copy of the block matrix `H` (no fixed particles, D = 1) and right-hand side `rhs` (N, 3)."
+    """A `NewtonSystem` holding a copy of the block matrix `H` (no fixed particles, D = 1) and right-hand side `rhs` (N,
+    3)."""
     n, d = H.nrow, str(H.device)
     s = NewtonSystem(n, wp.zeros(n, dtype=wp.int32, device=d), device=d)
-    off = H.offsets.numpy(); nnz = int(off[-1])
+    off = H.offsets.numpy()
+    nnz = int(off[-1])
     rows = np.repeat(np.arange(n), np.diff(off)).astype(np.int64)
     s._set_pattern(rows * n + H.columns.numpy()[:nnz])
-    blocks = HessianBlocks(rows=wp.array(rows.astype(np.int32), dtype=wp.int32, device=d), cols=wp.array(H.columns.numpy()[:nnz], dtype=wp.int32, device=d),
+    blocks = HessianBlocks(rows=wp.array(rows.astype(np.int32), dtype=wp.int32,
+                                         device=d), cols=wp.array(H.columns.numpy()[:nnz], dtype=wp.int32, device=d),
                            vals=wp.array(H.values.numpy()[:nnz], dtype=wp.mat33d, device=d))
     s.assemble(blocks, nnz)
     s.rhs.assign(np.asarray(rhs, dtype=np.float64).reshape(n, 3))
     return s
 
 def solve_linear(H: wps.BsrMatrix, rhs, method="auto") -> np.ndarray:
-    "Solve the SPD block system H z = rhs once (rhs of shape (N, 3)) with a linear solver (`method`: a name or a `LinearSolver`); returns z (N, 3)."
+    """Solve the SPD block system H z = rhs once (rhs of shape (N, 3)) with a linear solver (`method`: a name or a
+    `LinearSolver`); returns z (N, 3)."""
     s = system_from_bsr(H, rhs)
     solver = make_linear_solver(method, device=s.device)
     solver.prepare(s)

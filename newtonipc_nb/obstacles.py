@@ -107,7 +107,8 @@ class ObstacleSet:
     def poses(self, body_q) -> tuple[np.ndarray, np.ndarray]:
         "World (positions (S, 3), rotations (S, 3, 3)) of every shape for body poses `body_q` (B, 7) or None."
         X = self.shape_transform
-        bq = np.zeros((len(X), 7)); bq[:, 6] = 1.0
+        bq = np.zeros((len(X), 7))
+        bq[:, 6] = 1.0
         on_body = self.shape_body >= 0
         if on_body.any():
             if body_q is None: raise ModelError("shapes sit on bodies but the state holds no body_q")
@@ -126,7 +127,8 @@ class ObstacleSet:
         for s in {int(self.shape[o - self.first]) for o in self.plane[:, 0]}:
             if np.abs(R0[s] - R1[s]).max() > 1e-12:
                 raise ModelError(f"shape {s} (infinite plane on body {int(self.shape_body[s])}) turns during the step; "
-                                 "SolverIPC sweeps infinite planes by translation only: give it finite width and length")
+                                 "SolverIPC sweeps infinite planes by translation only: give it finite width and "
+                                 "length")
 
 # %% ../nbs/04a_obstacles.ipynb #df74b58b
 def _combined_mu(film_mu: float, shape_mu: float) -> float:
@@ -154,37 +156,51 @@ def obstacles_from_newton(model, first: int, film_mu: float) -> ObstacleSet:
         mu = _combined_mu(film_mu, float(shape_mu[i]))
         kinds[i] = kind
         m = len(g["points"])
-        out["shape"] += [i] * m; out["local"].append(g["points"]); out["mu"] += [mu] * m
+        out["shape"] += [i] * m
+        out["local"].append(g["points"])
+        out["mu"] += [mu] * m
         if "tri" in g:
-            out["tri"].append(g["tri"] + n); out["edge"].append(g["edge"] + n); out["edge_radius"] += [0.0] * len(g["edge"])
+            out["tri"].append(g["tri"] + n)
+            out["edge"].append(g["edge"] + n)
+            out["edge_radius"] += [0.0] * len(g["edge"])
         for a, b, r in g.get("axis", ()):
-            out["edge"].append(np.array([[a + n, b + n]], np.int32)); out["edge_radius"].append(r)
+            out["edge"].append(np.array([[a + n, b + n]], np.int32))
+            out["edge_radius"].append(r)
         for a, r in g.get("sphere", ()):
-            out["sphere"].append(a + n); out["sphere_radius"].append(r)
+            out["sphere"].append(a + n)
+            out["sphere_radius"].append(r)
         for a, b, c, pad in g.get("plane", ()):
-            out["plane"].append((a + n, b + n, c + n)); out["plane_pad"].append(pad)
+            out["plane"].append((a + n, b + n, c + n))
+            out["plane_pad"].append(pad)
         n += m
     cat = lambda k, w: np.concatenate(out[k]).astype(np.int32).reshape(-1, w) if out[k] else np.zeros((0, w), np.int32)
-    return ObstacleSet(first=first, shape=np.asarray(out["shape"], np.int32),
-                       local=np.concatenate(out["local"]) if out["local"] else np.zeros((0, 3)),
-                       tri=cat("tri", 3), edge=cat("edge", 2), edge_radius=np.asarray(out["edge_radius"], np.float64),
-                       sphere=np.asarray(out["sphere"], np.int32), sphere_radius=np.asarray(out["sphere_radius"], np.float64),
-                       plane=np.asarray(out["plane"], np.int32).reshape(-1, 3), plane_pad=np.asarray(out["plane_pad"], np.float64),
-                       mu=np.asarray(out["mu"], np.float64),
-                       shape_transform=_host(model.shape_transform).astype(np.float64).reshape(-1, 7) if S else np.zeros((0, 7)),
-                       shape_body=_host(model.shape_body).astype(np.int64) if S else np.zeros(0, np.int64), shape_kind=kinds)
+    return ObstacleSet(
+        first=first, shape=np.asarray(out["shape"],
+                                      np.int32), local=np.concatenate(out["local"]) if out["local"] else np.zeros(
+                                          (0, 3)), tri=cat("tri", 3), edge=cat("edge", 2),
+        edge_radius=np.asarray(out["edge_radius"], np.float64), sphere=np.asarray(out["sphere"], np.int32),
+        sphere_radius=np.asarray(out["sphere_radius"], np.float64), plane=np.asarray(out["plane"],
+                                                                                     np.int32).reshape(-1, 3),
+        plane_pad=np.asarray(out["plane_pad"], np.float64), mu=np.asarray(out["mu"], np.float64),
+        shape_transform=_host(model.shape_transform).astype(np.float64).reshape(-1, 7) if S else np.zeros((0, 7)),
+        shape_body=_host(model.shape_body).astype(np.int64) if S else np.zeros(0, np.int64), shape_kind=kinds)
 
 # %% ../nbs/04a_obstacles.ipynb #d953ed74
 def with_obstacles(ipc, obs: ObstacleSet, positions: np.ndarray):
-    "A copy of `ipc` (an `IPCModel`) whose particles, triangles, edges and spheres include the obstacles at `positions`."
+    """A copy of `ipc` (an `IPCModel`) whose particles, triangles, edges and spheres include the obstacles at
+    `positions`."""
     if obs.count == 0: return ipc
     import dataclasses
     import warp as wp
     d = ipc.device
     n = ipc.particle_count
-    cat = lambda a, b, dt, **kw: wp.array(np.concatenate([a.numpy(), np.asarray(b).astype(a.numpy().dtype)]), dtype=dt, device=d)
-    radius = np.zeros(obs.count); radius[obs.sphere - n] = obs.sphere_radius
-    return dataclasses.replace(ipc, rest_q=cat(ipc.rest_q, positions, wp.vec3d), mass=cat(ipc.mass, np.zeros(obs.count), wp.float64),
-                               fixed=cat(ipc.fixed, np.ones(obs.count), wp.int32), radius=cat(ipc.radius, radius, wp.float64),
-                               tri=cat(ipc.tri, obs.tri, wp.int32), edge=cat(ipc.edge, obs.edge, wp.int32),
-                               sphere=cat(ipc.sphere, obs.sphere, wp.int32))
+    cat = lambda a, b, dt, **kw: wp.array(np.concatenate([a.numpy(), np.asarray(b).astype(a.numpy().dtype)]), dtype=dt,
+                                          device=d)
+    radius = np.zeros(obs.count)
+    radius[obs.sphere - n] = obs.sphere_radius
+    return dataclasses.replace(ipc, rest_q=cat(ipc.rest_q, positions,
+                                               wp.vec3d), mass=cat(ipc.mass, np.zeros(obs.count), wp.float64),
+                               fixed=cat(ipc.fixed, np.ones(obs.count),
+                                         wp.int32), radius=cat(ipc.radius, radius,
+                                                               wp.float64), tri=cat(ipc.tri, obs.tri, wp.int32),
+                               edge=cat(ipc.edge, obs.edge, wp.int32), sphere=cat(ipc.sphere, obs.sphere, wp.int32))

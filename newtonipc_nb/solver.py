@@ -66,8 +66,11 @@ class StepStats:
     times: dict = field(default_factory=lambda: dict.fromkeys(TIME_KEYS, 0.0))
 
     def as_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in ("dt", "substeps", "subdivisions", "max_level", "newton_iterations", "line_search_trials",
-                                            "min_gap", "active_contacts", "patterns", "extrapolated")}
+        d = {
+            k: getattr(self, k)
+            for k in ("dt", "substeps", "subdivisions", "max_level", "newton_iterations", "line_search_trials",
+                      "min_gap", "active_contacts", "patterns", "extrapolated")
+        }
         d["alpha_min"] = min(self.alphas) if self.alphas else 1.0
         d.update({f"candidates_{k}": v for k, v in self.candidates.items()})
         d.update({f"time_{k}": v for k, v in self.times.items()})
@@ -100,8 +103,8 @@ def _axpy(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), alpha: wp.f
     out[i] = x[i] + alpha * dx[i]
 
 @wp.kernel
-def _axpy_bounded(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), pack: wp.array(dtype=wp.float64), normal: wp.int32,
-                  out: wp.array(dtype=wp.vec3d)):
+def _axpy_bounded(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), pack: wp.array(dtype=wp.float64),
+                  normal: wp.int32, out: wp.array(dtype=wp.vec3d)):
     "out = x + α Δx, α the step bound from the smallest per-candidate bound pack[1], as `bound_from_minimum` makes it."
     i = wp.tid()
     m = pack[1]
@@ -142,13 +145,15 @@ def _check_options(*, membrane, step_bound, rest_contacts, barrier_hessian, dhat
         raise ValueError(f"SolverIPC: option observer must be callable, got {observer!r}")
 
 def _check_terms(terms) -> list:
-    "The extra terms as a list, each with the methods of the term contract (the protocol, not the class: a term may come from anywhere)."
+    """The extra terms as a list, each with the methods of the term contract (the protocol, not the class: a term may
+    come from anywhere)."""
     extra = list(terms)
     for i, t in enumerate(extra):
         missing = [m for m in ("add_energy", "prepare", "restrict", "num_blocks", "accumulate")
                    if not callable(getattr(t, m, None))]
         if missing:
-            raise ValueError(f"SolverIPC: terms[{i}] must be an EnergyTerm ({type(t).__name__} has no {', '.join(missing)})")
+            raise ValueError(
+                f"SolverIPC: terms[{i}] must be an EnergyTerm ({type(t).__name__} has no {', '.join(missing)})")
     return extra
 
 # %% ../nbs/10_solver.ipynb #1f9345a7
@@ -194,9 +199,10 @@ class SolverIPC(newton.solvers.SolverBase):
         self.linear = make_linear_solver(linear_solver, device=d)
         self.observer = observer
         self.options = dict(membrane=membrane, dhat=dhat, min_gap=min_gap, kappa=kappa, friction=friction,
-                            max_iterations=int(max_iterations), tolerance=tolerance, line_search_trials=int(line_search_trials),
-                            max_subdivisions=int(max_subdivisions), step_bound=step_bound, linear_solver=self.linear.name,
-                            drag=drag, skin=skin, barrier_hessian=barrier_hessian)
+                            max_iterations=int(max_iterations), tolerance=tolerance,
+                            line_search_trials=int(line_search_trials), max_subdivisions=int(max_subdivisions),
+                            step_bound=step_bound, linear_solver=self.linear.name, drag=drag, skin=skin,
+                            barrier_hessian=barrier_hessian)
         self._build_terms(membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound)
         self.user_terms = extra
         self._allocate()
@@ -205,8 +211,10 @@ class SolverIPC(newton.solvers.SolverBase):
     @property
     def terms(self) -> list[EnergyTerm]:
         "Every term of Φ, in the order they are assembled: Φ is their sum."
-        return [self.inertia, self._drag, self.membrane, self.bending, self.barrier, self.friction, self.supports, self.tie,
-                *self.user_terms]
+        return [
+            self.inertia, self._drag, self.membrane, self.bending, self.barrier, self.friction, self.supports, self.tie,
+            *self.user_terms
+        ]
 
 # %% ../nbs/10_solver.ipynb #b34521e8
 @patch
@@ -280,16 +288,19 @@ def _predict(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt:
 # %% ../nbs/10_solver.ipynb #c3f732fb
 @patch
 def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, tries: int = 4) -> float | None:
-    """Move self._x from x0 towards the constant-velocity guess x0 + dt v0: the largest fraction α ≤ 1 that keeps every gap (CCD)
-    and lowers Φ (halving, ≤ `tries`). Returns Φ where the loop starts (None when there is no motion to extrapolate)."""
-    d = dt * v0; d[self._fixed_mask] = 0.0
+    """Move self._x from x0 towards the constant-velocity guess x0 + dt v0: the largest fraction α ≤ 1 that keeps every
+    gap (CCD) and lowers Φ (halving, ≤ `tries`). Returns Φ where the loop starts (None when there is no motion to
+    extrapolate)."""
+    d = dt * v0
+    d[self._fixed_mask] = 0.0
     if not np.any(d): return None
     x, dev = self._x, self.device
     self._dx.assign(d)
     wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=dev)
     with _Timer(st.times, "candidates"):
         self.search.update(x, self._xt)
-        self._near = near = self.barrier.near(x, 2.0 * float(np.linalg.norm(d, axis=1).max()) * (1.0 + 1e-9) + 1e-12, self._near)
+        self._near = near = self.barrier.near(x, 2.0 * float(np.linalg.norm(d, axis=1).max()) * (1.0 + 1e-9) + 1e-12,
+                                              self._near)
         self._restrict(near)
     with _Timer(st.times, "ccd"):
         alpha = self._step_bound(near, x, self._dx)
@@ -300,7 +311,8 @@ def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, trie
             phi = self._phi(self._xt)
             if phi < phi0:
                 self._x, self._xt = self._xt, self._x
-                st.energies.append(phi0); st.extrapolated = alpha
+                st.energies.append(phi0)
+                st.extrapolated = alpha
                 return phi
             alpha *= 0.5
     return phi0
@@ -321,7 +333,8 @@ def _restrict(self: SolverIPC, near) -> None:
 # %% ../nbs/10_solver.ipynb #6a005ea2
 @patch
 def _assemble(self: SolverIPC, x: wp.array) -> bool:
-    "Gradient and Hessian blocks of every term at x into `self.system`, then D H D and −D∇Φ; returns whether the block pattern changed."
+    """Gradient and Hessian blocks of every term at x into `self.system`, then D H D and −D∇Φ; returns whether the block
+    pattern changed."""
     for t in self.terms: t.prepare(x)
     sizes = [t.num_blocks() for t in self.terms]
     total = sum(sizes)
@@ -331,7 +344,8 @@ def _assemble(self: SolverIPC, x: wp.array) -> bool:
     sys.grad.zero_()
     off = 0
     for t, s in zip(self.terms, sizes):
-        t.accumulate(x, sys.grad, self._blocks, off); off += s
+        t.accumulate(x, sys.grad, self._blocks, off)
+        off += s
     changed = sys.assemble(self._blocks, total)
     sys.finish()
     return changed
@@ -365,14 +379,16 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
 # %% ../nbs/10_solver.ipynb #bbde2f5e
 @patch
 def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
-    "The largest α ≤ 1 keeping the gap of every candidate of `cs` positive along x → x + α Δx (minimum over the candidates, on the device)."
+    """The largest α ≤ 1 keeping the gap of every candidate of `cs` positive along x → x + α Δx (minimum over the
+    candidates, on the device)."""
     return self._bound(cs, x, dx)
 
 # %% ../nbs/10_solver.ipynb #66803756
 @patch
 def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, it: int, converged: bool, st: StepStats):
-    """Armijo backtracking along self._dx into self._xt from the CCD bound α, which is still on the device (self._bound_min):
-    the first trial steps by it there and reads it back with Φ. Returns (α, Φ(x + αΔx)), or None when a converged step is kept."""
+    """Armijo backtracking along self._dx into self._xt from the CCD bound α, which is still on the device
+    (self._bound_min): the first trial steps by it there and reads it back with Φ. Returns (α, Φ(x + αΔx)), or None when
+    a converged step is kept."""
     o, dev = self.options, self.device
     for trial in range(o["line_search_trials"]):
         st.line_search_trials += 1
@@ -394,8 +410,10 @@ def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, it: int
 
 # %% ../nbs/10_solver.ipynb #88b3ea6c
 @patch
-def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float, st: StepStats) -> tuple[float, float, bool]:
-    "One Newton iteration from x: direction, step bound, line search into self._xt. Returns (α, Φ) of the step taken (α = 0: none) and whether to stop."
+def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
+               st: StepStats) -> tuple[float, float, bool]:
+    """One Newton iteration from x: direction, step bound, line search into self._xt. Returns (α, Φ) of the step taken
+    (α = 0: none) and whether to stop."""
     o = self.options
     slope, max_dx, max_move = self._direction(x, st)
     st.newton_iterations += 1
@@ -429,14 +447,17 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float, st:
                 found = self._line_search(x, phi, slope, it, converged, st)
             if found is not None:
                 (alpha, phi_t), done = found, converged
-                st.alphas.append(alpha); st.energies.append(phi_t)
+                st.alphas.append(alpha)
+                st.energies.append(phi_t)
     if self.observer is not None:
-        self.observer(IterationInfo(dt, it, self.system, self._dx, max_dx, slope, alpha, phi_t, dict(self.linear.stats)))
+        self.observer(IterationInfo(dt, it, self.system, self._dx, max_dx, slope, alpha, phi_t,
+                                    dict(self.linear.stats)))
     return alpha, phi_t, done
 
 @patch
 def _newton(self: SolverIPC, dt: float, st: StepStats, phi: float | None = None) -> wp.array:
-    "Minimise Φ from self._x (where Φ = `phi`, if known); returns the minimiser (one of the solver's two position arrays)."
+    """Minimise Φ from self._x (where Φ = `phi`, if known); returns the minimiser (one of the solver's two position
+    arrays)."""
     phi = self._phi(self._x) if phi is None else phi
     st.energies.append(phi)
     if not math.isfinite(phi):
@@ -456,7 +477,8 @@ def _label(self: SolverIPC, i: int) -> str:
 @patch
 def _closed_gap_message(self: SolverIPC, x: wp.array) -> str:
     "Which candidate has the smallest gap at x, named by its primitives."
-    g = self.barrier.gaps(x); c = int(np.argmin(g))
+    g = self.barrier.gaps(x)
+    c = int(np.argmin(g))
     p, k = self.search.contacts.pairs.numpy()[c], int(self.search.contacts.kind.numpy()[c])
     what = KIND_BY_CODE[k].describe(p, self._label) if k in KIND_BY_CODE else f"candidate {p.tolist()}"
     return f"the gap between {what} is {g[c]:.3e} m ≤ 0"
@@ -483,7 +505,8 @@ def _prescribe(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, st: StepStats) -
     wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=dev)
     with _Timer(st.times, "candidates"):
         self.search.update(x, self._xt)
-        self._near = near = self.barrier.near(x, 2.0 * float(np.linalg.norm(d, axis=1).max()) * (1.0 + 1e-9) + 1e-12, self._near)
+        self._near = near = self.barrier.near(x, 2.0 * float(np.linalg.norm(d, axis=1).max()) * (1.0 + 1e-9) + 1e-12,
+                                              self._near)
     with _Timer(st.times, "ccd"):
         alpha = self._step_bound(near, x, self._dx)
     if alpha < 1.0:
@@ -496,12 +519,13 @@ def _prescribe(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, st: StepStats) -
 # %% ../nbs/10_solver.ipynb #c8204045
 @patch
 def _solve(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: float, st: StepStats):
-    """One attempt at a step of `dt` from positions `xs`, prescribed particles going to `xe`, velocities `v0` and external
-    forces `f` (all (N, 3) float64 over the contact model's particles)."""
+    """One attempt at a step of `dt` from positions `xs`, prescribed particles going to `xe`, velocities `v0` and
+    external forces `f` (all (N, 3) float64 over the contact model's particles)."""
     xe = np.where(self._fixed_mask[:, None], xe, xs)      # only prescribed particles have a target of their own
     self._predict(xs, v0, f, dt)
     self._restrict(None)
-    x = self._x; x.assign(xs)
+    x = self._x
+    x.assign(xs)
     with _Timer(st.times, "candidates"):
         self.search.update(x, x)
     if not self.barrier.min_gap(x) > 0:
@@ -515,7 +539,8 @@ def _solve(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, v0: np.ndarray, f: n
     st.active_contacts = max(st.active_contacts, self.friction.count)
     x = self._newton(dt, st, self._extrapolate(v0, dt, st))
     x32 = x.numpy().astype(np.float32).astype(np.float64)
-    xr = self._xt; xr.assign(x32)
+    xr = self._xt
+    xr.assign(x32)
     with _Timer(st.times, "candidates"):
         self.search.update(xr, xr)
     ok, gmin, lost = fp32_gap_check(self.search.contacts, xr)
@@ -569,14 +594,16 @@ def _check_state(self: SolverIPC, state, name: str):
     for attr in ("particle_q", "particle_qd"):
         a = getattr(state, attr, None)
         if not isinstance(a, wp.array) or a.ndim != 1 or a.shape[0] != n or a.dtype != wp.vec3:
-            got = "missing" if a is None else f"{getattr(a, 'shape', '?')} {wp.types.type_repr(a.dtype) if isinstance(a, wp.array) else type(a).__name__}"
+            kind = wp.types.type_repr(a.dtype) if isinstance(a, wp.array) else type(a).__name__
+            got = "missing" if a is None else f"{getattr(a, 'shape', '?')} {kind}"
             raise SolverError(f"{name}.{attr} must be a wp.vec3 array of {n} particles (this model's count), got {got}")
 
 @patch
 def _read_state(self: SolverIPC, state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     self._check_state(state, "state_in")
     q, qd = state.particle_q, state.particle_qd
-    x0 = q.numpy().astype(np.float64); v0 = qd.numpy().astype(np.float64)
+    x0 = q.numpy().astype(np.float64)
+    v0 = qd.numpy().astype(np.float64)
     f = state.particle_f.numpy().astype(np.float64) if state.particle_f is not None else np.zeros_like(x0)
     for name, a in (("particle_q", x0), ("particle_qd", v0), ("particle_f", f)):
         if a.shape != x0.shape: raise SolverError(f"state_in.{name} has shape {a.shape}, expected {x0.shape}")
@@ -597,13 +624,15 @@ def _check_start(self: SolverIPC, x: np.ndarray):
             fixed_tri = tri[self._fixed_mask[tri].all(1)]
             n_obstacles = count_intersections(x, fixed_tri, device=self.device) if len(fixed_tri) else 0
             if n_all > n_obstacles:
-                raise SolverError(f"invalid start: {n_all - n_obstacles} pair(s) of triangles intersect (an edge passes through a face)")
+                raise SolverError(f"invalid start: {n_all - n_obstacles} pair(s) of triangles intersect (an edge "
+                                  f"passes through a face)")
     obs = self.obstacles
     if len(obs.plane):
         free = np.union1d(self._film, self.ipc.sphere.numpy())
         free = free[~self._fixed_mask[free]]
         for o, a, b in obs.plane:
-            nrm = np.cross(x[a] - x[o], x[b] - x[o]); nrm /= np.linalg.norm(nrm)
+            nrm = np.cross(x[a] - x[o], x[b] - x[o])
+            nrm /= np.linalg.norm(nrm)
             s = (x[free] - x[o]) @ nrm - self.contact.radius.numpy()[free]
             if len(s) and s.min() <= 0:
                 i = int(free[np.argmin(s)])
@@ -612,7 +641,8 @@ def _check_start(self: SolverIPC, x: np.ndarray):
 
 @patch
 def _check_round_shapes(self: SolverIPC, x: np.ndarray):
-    "Refuse a start with a film vertex or sphere particle inside an obstacle sphere or capsule, named as the plane check does."
+    """Refuse a start with a film vertex or sphere particle inside an obstacle sphere or capsule, named as the plane
+    check does."""
     obs = self.obstacles
     axes = obs.edge[obs.edge_radius > 0]
     if not (len(obs.sphere) or len(axes)): return
@@ -633,11 +663,15 @@ def _check_round_shapes(self: SolverIPC, x: np.ndarray):
 # %% ../nbs/10_solver.ipynb #4fdaf7d7
 @patch
 def _refuse_capture(self: SolverIPC):
-    "SolverIPC decides on the host (gap checks, Newton convergence, line search, subdivision): a captured graph could not replay it."
+    """SolverIPC decides on the host (gap checks, Newton convergence, line search, subdivision): a captured graph could
+    not replay it."""
     if wp.get_device(self.device).is_capturing or wp.get_device().is_capturing:
-        raise SolverError("SolverIPC.step cannot run inside a graph capture (wp.ScopedCapture): every Newton iteration reads "
-                          "scalars back to decide convergence, the line search and step subdivision, and a captured graph "
-                          "would replay none of those decisions. Call step() directly, uncaptured (in Newton's examples: "
+        raise SolverError("SolverIPC.step cannot run inside a graph capture (wp.ScopedCapture): every Newton "
+                          "iteration reads "
+                          "scalars back to decide convergence, the line search and step subdivision, and a "
+                          "captured graph "
+                          "would replay none of those decisions. Call step() directly, uncaptured (in Newton's "
+                          "examples: "
                           "set example.graph = None so that simulate() runs each frame)")
 
 @patch
@@ -651,10 +685,12 @@ def _start(self: SolverIPC, x_in: np.ndarray, state_in) -> tuple[np.ndarray, np.
     obs, n = self.obstacles, self.ipc.particle_count
     body_q = None
     if obs.count and (obs.shape_body >= 0).any():
-        if getattr(state_in, "body_q", None) is None: raise SolverError("the model's shapes sit on bodies but state_in.body_q is missing")
+        if getattr(state_in, "body_q", None) is None: raise SolverError("the model's shapes sit on bodies but "
+                                                                        "state_in.body_q is missing")
         body_q = state_in.body_q.numpy().astype(np.float64)
         if not np.isfinite(body_q).all():
-            raise SolverError(f"state_in.body_q of body {int(np.flatnonzero(~np.isfinite(body_q).all(1))[0])} is not finite")
+            raise SolverError(f"state_in.body_q of body {int(np.flatnonzero(~np.isfinite(body_q).all(1))[0])} is "
+                              f"not finite")
     end = obs.positions(body_q) if obs.count else np.zeros((0, 3))
     free = ~self._fixed_mask[:n]
     last = self._last_out
@@ -677,7 +713,8 @@ def step(self: SolverIPC, state_in, state_out, control, contacts, dt: float):
     if isinstance(dt, bool) or not isinstance(dt, numbers.Real) or not (math.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be a finite number > 0, got {dt!r}")
     if dt < MIN_DT:
-        raise ValueError(f"dt = {dt!r} s is below {MIN_DT:g} s: the inertia stiffness m/dt² and the velocity (x − x₀)/dt lose "
+        raise ValueError(f"dt = {dt!r} s is below {MIN_DT:g} s: the inertia stiffness m/dt² and the velocity (x − "
+                         f"x₀)/dt lose "
                          f"their meaning there; give a step ≥ {MIN_DT:g} s (the bag scene takes 1/240 s)")
     self._check_state(state_out, "state_out")
     x_in, v_in, f_in = self._read_state(state_in)
@@ -702,6 +739,7 @@ def step(self: SolverIPC, state_in, state_out, control, contacts, dt: float):
         a, b = getattr(state_in, name, None), getattr(state_out, name, None)
         if a is not None and b is not None and a is not b and a.shape == b.shape: wp.copy(b, a)
     self._last_out = x
-    if self.obstacles.count and (self.obstacles.shape_body >= 0).any(): self._body_q = state_in.body_q.numpy().astype(np.float64)
+    if self.obstacles.count and (self.obstacles.shape_body >= 0).any():
+        self._body_q = state_in.body_q.numpy().astype(np.float64)
     self._kept = self._keep()
     self._open = False

@@ -18,7 +18,8 @@ __all__ = ['VIEW_DIRECTION', 'FOV', 'mesh_objects', 'sphere_object', 'look_at_qu
 
 # %% ../nbs/00a_viewer.ipynb #05f09a9c
 def mesh_objects(vertices, faces, color, opacity=1.0, wireframe=True, morph=None, name=""):
-    "The film (or an obstacle) as a shaded mesh and, optionally, a faint wireframe over it; `morph` adds one morph target per frame."
+    """The film (or an obstacle) as a shaded mesh and, optionally, a faint wireframe over it; `morph` adds one morph
+    target per frame."""
     geom = p3.BufferGeometry(attributes={
         "position": p3.BufferAttribute(np.asarray(vertices, dtype=np.float32), normalized=False),
         "index": p3.BufferAttribute(np.asarray(faces, dtype=np.uint32).ravel(), normalized=False)},
@@ -31,25 +32,32 @@ def mesh_objects(vertices, faces, color, opacity=1.0, wireframe=True, morph=None
     extra = dict(frustumCulled=False) if animated else {}
     objs = [p3.Mesh(geometry=geom, material=mat, name=name, **extra)]
     if wireframe:
-        wmat = p3.MeshBasicMaterial(color="#333333", wireframe=True, transparent=True, opacity=0.25, morphTargets=animated)
+        wmat = p3.MeshBasicMaterial(color="#333333", wireframe=True, transparent=True, opacity=0.25,
+                                    morphTargets=animated)
         objs.append(p3.Mesh(geometry=geom, material=wmat, name=name + "_wire" if name else "", **extra))
     return objs
 
 def _points_object(points, color, pixels: float = 9.0):
     "Marker points drawn `pixels` wide whatever the zoom, so a marked vertex stays visible on a small subject."
-    geom = p3.BufferGeometry(attributes={"position": p3.BufferAttribute(np.asarray(points, dtype=np.float32), normalized=False)})
+    geom = p3.BufferGeometry(
+        attributes={"position": p3.BufferAttribute(np.asarray(points, dtype=np.float32), normalized=False)})
     return p3.Points(geometry=geom, material=p3.PointsMaterial(color=color, size=pixels, sizeAttenuation=False))
 
 def sphere_object(center, r, name=""):
-    "A sphere of radius `r` at `center`, as a shaded three.js mesh named `name` (a trajectory's tracks move it by name)."
+    """A sphere of radius `r` at `center`, as a shaded three.js mesh named `name` (a trajectory's tracks move it by
+    name)."""
     return p3.Mesh(geometry=p3.SphereGeometry(radius=float(r), widthSegments=24, heightSegments=16), name=name,
-                   material=p3.MeshStandardMaterial(color="#fd8d3c", roughness=0.6), position=tuple(float(v) for v in center))
+                   material=p3.MeshStandardMaterial(color="#fd8d3c",
+                                                    roughness=0.6), position=tuple(float(v) for v in center))
 
 # %% ../nbs/00a_viewer.ipynb #dce6abf7
 def look_at_quaternion(eye, target, up=(0.0, 0.0, 1.0)) -> tuple:
     "The (x, y, z, w) orientation of a three.js camera at `eye` looking at `target` (it looks down its own −z)."
-    z = np.asarray(eye, dtype=np.float64) - np.asarray(target, dtype=np.float64); z /= np.linalg.norm(z)
-    x = np.cross(up, z); x /= np.linalg.norm(x); y = np.cross(z, x)
+    z = np.asarray(eye, dtype=np.float64) - np.asarray(target, dtype=np.float64)
+    z /= np.linalg.norm(z)
+    x = np.cross(up, z)
+    x /= np.linalg.norm(x)
+    y = np.cross(z, x)
     m = np.stack([x, y, z], axis=1)  # columns: the camera's axes in the world
     w = np.sqrt(max(1.0 + np.trace(m), 1e-12)) / 2
     q = np.array([m[2, 1] - m[1, 2], m[0, 2] - m[2, 0], m[1, 0] - m[0, 1]]) / (4 * w)
@@ -62,10 +70,14 @@ def framing_distance(lo, hi, aspect: float, direction=None, fov: float = FOV, ma
     """Distance from the box centre along `direction` at which every corner of the box [lo, hi] is inside the view
     (vertical `fov`, width/height `aspect`), with `margin`: the subject fills the canvas in its tighter dimension.
     `direction` (from the subject towards the camera) defaults to `VIEW_DIRECTION`."""
-    z = np.asarray(VIEW_DIRECTION if direction is None else direction, dtype=np.float64); x = np.cross((0.0, 0.0, 1.0), z); x /= np.linalg.norm(x); y = np.cross(z, x)
+    z = np.asarray(VIEW_DIRECTION if direction is None else direction, dtype=np.float64)
+    x = np.cross((0.0, 0.0, 1.0), z)
+    x /= np.linalg.norm(x)
+    y = np.cross(z, x)
     half = 0.5 * (np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64))
     corners = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * half
-    tv = np.tan(np.radians(fov) / 2); th = tv * aspect
+    tv = np.tan(np.radians(fov) / 2)
+    th = tv * aspect
     need = corners @ z + np.maximum(np.abs(corners @ x) / th, np.abs(corners @ y) / tv)
     return margin * max(float(need.max()), 1e-9)
 
@@ -73,14 +85,17 @@ def framed_renderer(children, pts, width, height, direction=None):
     """Scene, lights and an orbiting camera that frames the bounding box of the points `pts` (it fills the canvas), seen
     from `direction` (default `VIEW_DIRECTION`)."""
     allp = np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1, 3) for p in pts])
-    lo, hi = allp.min(0), allp.max(0); center = 0.5 * (lo + hi); span = max(float(np.max(hi - lo)), 1e-9)
+    lo, hi = allp.min(0), allp.max(0)
+    center = 0.5 * (lo + hi)
+    span = max(float(np.max(hi - lo)), 1e-9)
     # The content is moved so that its centre is the origin: on a saved page the orbit controls start by looking at
     # the origin (their `target` and a `lookAt()` call reach the browser only from a kernel), so the camera's
     # orientation is a trait (saved with the page) and the thing looked at is at (0, 0, 0).
-    d = np.asarray(VIEW_DIRECTION if direction is None else direction, dtype=np.float64); d /= np.linalg.norm(d)
+    d = np.asarray(VIEW_DIRECTION if direction is None else direction, dtype=np.float64)
+    d /= np.linalg.norm(d)
     eye = framing_distance(lo, hi, width / height, d) * d
-    camera = p3.PerspectiveCamera(position=tuple(eye), quaternion=look_at_quaternion(eye, (0, 0, 0)), up=(0, 0, 1), fov=FOV,
-                                  aspect=width / height, near=span * 1e-3, far=span * 100,
+    camera = p3.PerspectiveCamera(position=tuple(eye), quaternion=look_at_quaternion(eye, (0, 0, 0)), up=(0, 0, 1),
+                                  fov=FOV, aspect=width / height, near=span * 1e-3, far=span * 100,
                                   children=[p3.DirectionalLight(color="white", position=(3, 5, 6), intensity=0.7)])
     content = p3.Group(children=list(children), position=tuple(float(v) for v in -center), name="content")
     scene = p3.Scene(children=[content, camera, p3.AmbientLight(color="#ffffff", intensity=0.6)], background="#f7f7f7")
@@ -90,17 +105,20 @@ def framed_renderer(children, pts, width, height, direction=None):
 # %% ../nbs/00a_viewer.ipynb #89c4756a
 def mesh_view(vertices, faces, *, highlight: dict | None = None, spheres=None, radii=None, obstacles=(),
               color="#9ecae1", width=640, height=480):
-    "A pythreejs `Renderer` of a film mesh; `highlight` maps a name to `(vertex indices, color)`; `obstacles` is a list of `(vertices, faces)`."
+    """A pythreejs `Renderer` of a film mesh; `highlight` maps a name to `(vertex indices, color)`; `obstacles` is a
+    list of `(vertices, faces)`."""
     vertices = np.asarray(vertices, dtype=np.float64)
     children = mesh_objects(vertices, faces, color)
     pts = [vertices]
     for ov, of in obstacles:
-        children += mesh_objects(ov, of, "#bbbbbb", opacity=0.35, wireframe=False); pts.append(np.asarray(ov))
+        children += mesh_objects(ov, of, "#bbbbbb", opacity=0.35, wireframe=False)
+        pts.append(np.asarray(ov))
     for idx, c in (highlight or {}).values():
         children.append(_points_object(vertices[np.asarray(idx)], c))
     if spheres is not None:
         for c, r in zip(np.asarray(spheres), np.asarray(radii)):
-            children.append(sphere_object(c, r)); pts.append(np.asarray(c)[None] + [[r, r, r], [-r, -r, -r]])
+            children.append(sphere_object(c, r))
+            pts.append(np.asarray(c)[None] + [[r, r, r], [-r, -r, -r]])
     return framed_renderer(children, pts, width, height)
 
 # %% ../nbs/00a_viewer.ipynb #19b2406f
@@ -114,15 +132,18 @@ def _check_trajectory(frames, faces, spheres, radii, fps, max_frames):
     if faces.ndim != 2 or faces.shape[1] != 3 or len(faces) == 0 or not np.issubdtype(faces.dtype, np.integer):
         raise ValueError(f"faces must be a non-empty (F, 3) integer array, got shape {faces.shape} dtype {faces.dtype}")
     if faces.min() < 0 or faces.max() >= frames.shape[1]:
-        raise ValueError(f"faces index vertices outside 0..{frames.shape[1] - 1} (min {faces.min()}, max {faces.max()})")
+        raise ValueError(f"faces index vertices outside 0..{frames.shape[1] - 1} (min {faces.min()}, max "
+                         f"{faces.max()})")
     if spheres is not None:
         spheres = np.array(spheres, dtype=np.float64)
         if spheres.ndim != 3 or spheres.shape[0] != frames.shape[0] or spheres.shape[2] != 3:
-            raise ValueError(f"spheres must have shape (T, S, 3) with T = {frames.shape[0]} like frames, got {spheres.shape}")
+            raise ValueError(f"spheres must have shape (T, S, 3) with T = {frames.shape[0]} like frames, got "
+                             f"{spheres.shape}")
         if radii is None: raise ValueError("radii is required with spheres")
         radii = np.array(radii, dtype=np.float64).reshape(-1)
         if radii.shape != (spheres.shape[1],) or not (radii > 0).all():
-            raise ValueError(f"radii must be {spheres.shape[1]} positive numbers (one per sphere), got {radii.tolist()}")
+            raise ValueError(f"radii must be {spheres.shape[1]} positive numbers (one per sphere), got "
+                             f"{radii.tolist()}")
         if not np.isfinite(spheres).all(): raise ValueError("spheres contain NaN or infinite positions")
     if not (fps > 0): raise ValueError(f"fps must be positive, got {fps}")
     if int(max_frames) < 2: raise ValueError(f"max_frames must be at least 2, got {max_frames}")
@@ -136,7 +157,9 @@ def kept_frames(T: int, max_frames: int) -> np.ndarray:
 # %% ../nbs/00a_viewer.ipynb #fddfca6b
 def morph_weight_tracks(times: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     "For kept frame times `times` (increasing), the (key times, weights) of each frame's hat-shaped morph weight."
-    times = np.asarray(times, dtype=np.float64); K = len(times); out = []
+    times = np.asarray(times, dtype=np.float64)
+    K = len(times)
+    out = []
     for k in range(K):
         t = [times[j] for j in (k - 1, k, k + 1) if 0 <= j < K]
         w = [1.0 if j == k else 0.0 for j in (k - 1, k, k + 1) if 0 <= j < K]
@@ -192,30 +215,37 @@ def time_labels(camera, times, start: int):
     dist = (camera.near * camera.far) ** 0.5                         # in front of the camera, inside its depth range
     hh = dist * np.tan(np.radians(camera.fov) / 2)                   # half the picture's height at that distance
     size, left = 0.5 * hh, -hh * camera.aspect
-    labels = [p3.Sprite(material=p3.SpriteMaterial(map=p3.TextTexture(string=f"t = {t:.3f} s", size=48, color="#333333",
-                                                                      fontFace="sans-serif"),
-                                                   depthTest=False, transparent=True),
-                        position=(left + 0.55 * size, 0.88 * hh, -dist if k == start else dist), scale=(size, size, 1.0),
-                        name=f"label{k}", renderOrder=1) for k, t in enumerate(times)]
+    labels = [
+        p3.Sprite(
+            material=p3.SpriteMaterial(
+                map=p3.TextTexture(string=f"t = {t:.3f} s", size=48, color="#333333",
+                                   fontFace="sans-serif"), depthTest=False,
+                transparent=True), position=(left + 0.55 * size, 0.88 * hh, -dist if k == start else dist),
+            scale=(size, size, 1.0), name=f"label{k}", renderOrder=1) for k, t in enumerate(times)
+    ]
     # A discrete track steps (no blending): label k is in front of the camera from half-way after frame k - 1 to
     # half-way before frame k + 1, else behind it (not drawn). (Not `.visible`: a boolean array does not reach the
     # browser; not the opacity: stopping the clip does not restore it.)
     keys = np.r_[times[0], 0.5 * (times[1:] + times[:-1])].astype(np.float32)
-    return labels, [p3.VectorKeyframeTrack(name=f"{s.name}.position", times=keys, interpolation="InterpolateDiscrete",
-                                           values=np.array([[*s.position[:2], -dist if j == k else dist] for j in range(len(times))],
-                                                           np.float32).ravel()) for k, s in enumerate(labels)]
+    return labels, [
+        p3.VectorKeyframeTrack(
+            name=f"{s.name}.position", times=keys, interpolation="InterpolateDiscrete",
+            values=np.array([[*s.position[:2], -dist if j == k else dist]
+                             for j in range(len(times))], np.float32).ravel()) for k, s in enumerate(labels)
+    ]
 
 
 # %% ../nbs/00a_viewer.ipynb #14f7f4d2
 def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: float = 1.0, spheres=None, radii=None,
-                    obstacles=(), bodies=(), follow: float | None = 0.2, max_frames: int = 60, frame: int = -1, color="#9ecae1",
-                    width=640, height=480):
-    """A widget that plays a film trajectory `frames` (T, N, 3), with sphere centres `spheres` (T, S, 3), in the browser.
+                    obstacles=(), bodies=(), follow: float | None = 0.2, max_frames: int = 60, frame: int = -1,
+                    color="#9ecae1", width=640, height=480):
+    """A widget that plays a film trajectory `frames` (T, N, 3), with sphere centres `spheres` (T, S, 3), in the
+    browser.
 
     `times` are the frames' simulated times in seconds (default: frame k at k / `fps`); the clip plays them at `speed`
     times real time. The camera follows the film: each kept frame is framed by the film's box over a window of `follow`
-    seconds around it (`None`: the whole run's box, an overview). `bodies` are rigid triangle meshes
-    `(vertices, faces, poses)` moved by their poses (T, 7), one per frame. With a kernel, a frame slider scrubs the run."""
+    seconds around it (`None`: the whole run's box, an overview). `bodies` are rigid triangle meshes `(vertices, faces,
+    poses)` moved by their poses (T, 7), one per frame. With a kernel, a frame slider scrubs the run."""
     frames, faces, spheres, radii = _check_trajectory(frames, faces, spheres, radii, fps, max_frames)
     T = frames.shape[0]
     times = _check_playback(np.arange(T) / float(fps) if times is None else times, T, speed, follow)
@@ -233,25 +263,40 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
     for ov, of in obstacles:
         children += mesh_objects(ov, of, "#bbbbbb", opacity=0.35, wireframe=False)
         pts.append(np.asarray(ov))
-    movers = [_body_mover(b, bv, bf, _check_poses(poses, T, b), keep[start]) for b, (bv, bf, poses) in enumerate(bodies)]
+    movers = [
+        _body_mover(b, bv, bf, _check_poses(poses, T, b), keep[start]) for b, (bv, bf, poses) in enumerate(bodies)
+    ]
     pts += [posed_points(bv, poses[k]) for (bv, _, _), (_, poses) in zip(bodies, movers) for k in keep]
-    balls = [sphere_object(spheres[keep[start], s], r, name=f"sphere{s}") for s, r in enumerate(radii if spheres is not None else [])]
+    balls = [
+        sphere_object(spheres[keep[start], s], r, name=f"sphere{s}")
+        for s, r in enumerate(radii if spheres is not None else [])
+    ]
     pts += [spheres.reshape(-1, 3) + r for r in (radii.max(), -radii.max())] if balls else []
-    tracks = [p3.NumberKeyframeTrack(name=f"{m.name}.morphTargetInfluences[{k}]", times=t.astype(np.float32), values=w.astype(np.float32))
-              for m in film for k, (t, w) in enumerate(morph_weight_tracks(kt))]
-    tracks += [p3.VectorKeyframeTrack(name=f"{b.name}.position", times=kt32, values=spheres[keep, s].astype(np.float32).ravel())
-               for s, b in enumerate(balls)]
+    tracks = [
+        p3.NumberKeyframeTrack(name=f"{m.name}.morphTargetInfluences[{k}]", times=t.astype(np.float32),
+                               values=w.astype(np.float32)) for m in film
+        for k, (t, w) in enumerate(morph_weight_tracks(kt))
+    ]
+    tracks += [
+        p3.VectorKeyframeTrack(name=f"{b.name}.position", times=kt32,
+                               values=spheres[keep, s].astype(np.float32).ravel()) for s, b in enumerate(balls)
+    ]
     for mover, poses in movers:
-        tracks += [p3.VectorKeyframeTrack(name=f"{mover.name}.position", times=kt32, values=poses[keep, :3].astype(np.float32).ravel()),
-                   p3.QuaternionKeyframeTrack(name=f"{mover.name}.quaternion", times=kt32,
-                                              values=poses[keep, 3:].astype(np.float32).ravel())]
+        tracks += [
+            p3.VectorKeyframeTrack(name=f"{mover.name}.position", times=kt32,
+                                   values=poses[keep, :3].astype(np.float32).ravel()),
+            p3.QuaternionKeyframeTrack(name=f"{mover.name}.quaternion", times=kt32,
+                                       values=poses[keep, 3:].astype(np.float32).ravel())
+        ]
     if follow is not None:  # the content is scaled and moved so that the film's box at each frame fills the canvas
         lo, hi = follow_boxes(frames[keep], kt, follow)
         need = np.array([framing_distance(a, b, width / height) for a, b in zip(lo, hi)])
         scale, pts = need[start] / need, [lo[start], hi[start]]
         place = -scale[:, None] * 0.5 * (lo + hi)
-        tracks += [p3.VectorKeyframeTrack(name="content.position", times=kt32, values=place.astype(np.float32).ravel()),
-                   p3.VectorKeyframeTrack(name="content.scale", times=kt32, values=np.repeat(scale, 3).astype(np.float32))]
+        tracks += [
+            p3.VectorKeyframeTrack(name="content.position", times=kt32, values=place.astype(np.float32).ravel()),
+            p3.VectorKeyframeTrack(name="content.scale", times=kt32, values=np.repeat(scale, 3).astype(np.float32))
+        ]
     renderer = framed_renderer(children + balls + [m for m, _ in movers], pts, width, height)
     labels, label_tracks = time_labels(renderer.camera, kt, start)
     renderer.camera.children = (*renderer.camera.children, *labels)
@@ -260,7 +305,8 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
     clip = p3.AnimationClip(name=f"trajectory {uid}", tracks=tracks, duration=float(kt[-1]))
     action = p3.AnimationAction(p3.AnimationMixer(renderer.scene), clip, renderer.scene, paused=True, timeScale=speed,
                                 _dom_classes=("trajectory-play",))
-    slider = widgets.IntSlider(value=int(keep[start]), min=0, max=T - 1, description="frame", layout=widgets.Layout(width="40%"))
+    slider = widgets.IntSlider(value=int(keep[start]), min=0, max=T - 1, description="frame",
+                               layout=widgets.Layout(width="40%"))
     step = (kt[-1] - kt[0]) / max(K - 1, 1) / speed
     play = widgets.Play(value=start, min=0, max=K - 1, interval=max(int(1000 * step), 1), description="play (kernel)")
     at = widgets.HTML(_frame_label(int(keep[start]), T, times))
@@ -273,7 +319,8 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
         if follow is not None:
             content = renderer.scene.children[0]
             content.position, content.scale = tuple(map(float, place[k])), (float(scale[k]),) * 3
-        for j, label in enumerate(labels): label.position = (*label.position[:2], -abs(label.position[2]) if j == k else abs(label.position[2]))
+        for j, label in enumerate(labels):
+            label.position = (*label.position[:2], -abs(label.position[2]) if j == k else abs(label.position[2]))
         at.value = _frame_label(int(keep[k]), T, times)
         box.shown = k
     def on_slider(change):
@@ -286,7 +333,8 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
     slider.observe(on_slider, names="value")
     play.observe(lambda change: setattr(slider, "value", int(keep[change["new"]])), names="value")
     kernel = widgets.HBox([widgets.HTML("with a kernel:"), play, slider, at], _dom_classes=("needs-kernel",))
-    box = widgets.VBox([renderer, widgets.HBox([action, span]), kernel], _dom_classes=("trajectory-view", f"traj-{uid}"))
+    box = widgets.VBox([renderer, widgets.HBox([action, span]), kernel],
+                       _dom_classes=("trajectory-view", f"traj-{uid}"))
     box.renderer, box.action, box.slider, box.play, box.kept, box.shown = renderer, action, slider, play, keep, start
     box.labels = labels
     return box
@@ -301,27 +349,35 @@ def grid_mesh(nx: int, ny: int, size: float = 1.0):
     if nx < 2 or ny < 2: raise ValueError(f"a grid needs at least 2 × 2 vertices, got {nx} × {ny}")
     u, v = np.meshgrid(np.linspace(0, size, nx), np.linspace(0, size, ny), indexing="xy")
     V = np.stack([u.ravel(), v.ravel(), np.zeros(nx * ny)], axis=1)
-    i, j = np.meshgrid(np.arange(nx - 1), np.arange(ny - 1), indexing="xy"); a = (j * nx + i).ravel()
+    i, j = np.meshgrid(np.arange(nx - 1), np.arange(ny - 1), indexing="xy")
+    a = (j * nx + i).ravel()
     F = np.concatenate([np.stack([a, a + 1, a + nx], 1), np.stack([a + 1, a + nx + 1, a + nx], 1)]).astype(np.int32)
     return V, F
 
 def waving_sheet(n: int = 16, T: int = 30, amplitude: float = 0.08):
-    "A synthetic trajectory: an `n`×`n` sheet with a travelling wave, (T, n², 3) frames, its faces, and one ball on the crest (T, 1, 3)."
+    """A synthetic trajectory: an `n`×`n` sheet with a travelling wave, (T, n², 3) frames, its faces, and one ball on
+    the crest (T, 1, 3)."""
     V, F = grid_mesh(n, n)
     t = np.arange(T)[:, None] / T
     frames = np.repeat(V[None], T, axis=0)
     frames[:, :, 2] = amplitude * np.sin(2 * np.pi * (V[None, :, 0] - t)) * V[None, :, 1]
-    ball = np.stack([np.full(T, 0.5), np.full(T, 0.5), amplitude * 0.5 * np.sin(2 * np.pi * (0.5 - t[:, 0])) + 0.06], 1)[:, None]
+    ball = np.stack([np.full(T, 0.5),
+                     np.full(T, 0.5), amplitude * 0.5 * np.sin(2 * np.pi * (0.5 - t[:, 0])) + 0.06], 1)[:, None]
     return frames, F, ball
 
 # %% ../nbs/00a_viewer.ipynb #a6540bbc
 def close_widgets(w) -> int:
-    "Close widget `w` and every widget its synced traits hold (so none of it is saved with the page); returns how many were closed."
+    """Close widget `w` and every widget its synced traits hold (so none of it is saved with the page); returns how many
+    were closed."""
     seen, stack = set(), [w]
     while stack:
         o = stack.pop()
-        if isinstance(o, (list, tuple)): stack.extend(o); continue
-        if isinstance(o, dict): stack.extend(o.values()); continue
+        if isinstance(o, (list, tuple)):
+            stack.extend(o)
+            continue
+        if isinstance(o, dict):
+            stack.extend(o.values())
+            continue
         if not isinstance(o, widgets.Widget) or id(o) in seen: continue
         seen.add(id(o))
         stack.extend(getattr(o, k, None) for k in o.keys if k not in ("_model_id", "comm"))
@@ -336,7 +392,8 @@ def _sphere_grid(r: float, segments: int, z0: float = 0.0, z1: float = 0.0):
     z = r * np.cos(th) + np.where(np.cos(th) >= 0, z1, z0)
     V = np.stack([r * np.sin(th) * np.cos(ph), r * np.sin(th) * np.sin(ph),
                   np.broadcast_to(z, (len(th), segments))], -1)
-    V = V.reshape(-1, 3); F = []
+    V = V.reshape(-1, 3)
+    F = []
     for i in range(len(th) - 1):
         for j in range(segments):
             a, b = i * segments + j, i * segments + (j + 1) % segments

@@ -1,6 +1,7 @@
 """What the command-line tests share: run an installed console script, read its one-line error, and write a file
 shaped like a saved bag run."""
 import io
+import signal
 import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -17,6 +18,12 @@ BAG, VALIDATE = BIN / "newtonipc-bag", BIN / "newtonipc-validate"
 def cli(prog, *args, timeout=600):
     "Run the console script `prog` with `args`; the completed process, output captured as text."
     return subprocess.run([str(prog), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def sigint_default():
+    """`preexec_fn` for a child that a test interrupts with SIGINT: a shell runs background jobs with SIGINT ignored,
+    and a Python started so never installs its KeyboardInterrupt handler; the child gets the default back."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def in_process(prog, *args):

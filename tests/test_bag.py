@@ -18,7 +18,7 @@ from newtonipc_nb.scenes.bag_measure import measure, neck_width
 from newtonipc_nb.scenes.bag_run import load_trajectory, run_bag
 from newtonipc_nb.scenes.bag_scene import BIN_HEIGHT, BIN_RADIUS, DT, HEM_RING, bag_mesh, ring_vertices
 
-from cli_helpers import BAG, cli, fake_run, in_process, one_line
+from cli_helpers import BAG, cli, fake_run, in_process, one_line, sigint_default
 
 
 def test_bag_smoke_two_steps(tmp_path):
@@ -182,7 +182,7 @@ def _interrupt(tmp_path, sig, out):
     err = tmp_path / f"stderr-{sig}.txt"
     with open(err, "w") as e:
         p = subprocess.Popen([str(BAG), "--until", "10.5", "--out", str(out), "--device", "cpu", "--save-every", "0"],
-                             stdout=subprocess.DEVNULL, stderr=e)
+                             stdout=subprocess.DEVNULL, stderr=e, preexec_fn=sigint_default)
         try:
             _wait_for_frames(p, out, 3)
             p.send_signal(sig)

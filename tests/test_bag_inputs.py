@@ -21,7 +21,7 @@ from newtonipc_nb.scenes.bag_scene import DT, bag_mesh
 from newtonipc_nb.scenes.reference import hinge_scene
 from newtonipc_nb.solver import SolverIPC
 
-from cli_helpers import BAG, VALIDATE, cli, fake_run, in_process, one_line
+from cli_helpers import BAG, VALIDATE, cli, fake_run, in_process, one_line, sigint_default
 
 @pytest.fixture
 def nothing_computed(monkeypatch):
@@ -158,7 +158,8 @@ def _wait_for_numpy(p, timeout=120):
 @pytest.mark.parametrize("prog, args", [(BAG, ["--until", "0.1"]), (VALIDATE, [])])
 def test_ctrl_c_during_start_up_is_one_line_and_130(prog, args, tmp_path):
     p = subprocess.Popen([str(prog), *args, *(["--out", str(tmp_path / "x.npz")] if prog == BAG else [])],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                         preexec_fn=sigint_default)
     _wait_for_numpy(p)              # the launcher is running: it is importing Warp, Newton and torch for seconds more
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=300)
@@ -176,7 +177,8 @@ def test_a_second_run_on_the_same_out_is_refused_and_the_first_completes(tmp_pat
         first = subprocess.Popen(
             [str(BAG), "--until",
              str(until), "--out",
-             str(out), "--device", "cpu", "--save-every", "0"], stdout=subprocess.DEVNULL, stderr=e)
+             str(out), "--device", "cpu", "--save-every", "0"], stdout=subprocess.DEVNULL, stderr=e,
+            preexec_fn=sigint_default)
         try:
             t0 = time.monotonic()
             # the first holds the lock and has saved

@@ -52,8 +52,11 @@ def _check_against_ipctk(kind, case, n, seed):
     ref = ipctk_distances(kind, x)
     bad = np.flatnonzero(np.abs(d - ref) >= 1e-12)
     if kind == KIND_VT or case != "nearly parallel":
-        assert len(bad) == 0, f"{case}: {len(bad)} configurations differ from ipctk by ≥ 1e-12 m (max {np.abs(d - ref).max():.2e})"
-    for i in bad[:400]:                                            # exact arithmetic is slow: a sample of the disagreements
+        assert len(
+            bad
+        ) == 0, f"{case}: {len(bad)} configurations differ from ipctk by ≥ 1e-12 m (max {np.abs(d - ref).max():.2e})"
+    # exact arithmetic is slow: a sample of the disagreements
+    for i in bad[:400]:
         ex = exact_edge_edge_distance(x[i])
         assert abs(d[i] - ex) < 1e-14 and abs(d[i] - ex) <= abs(ref[i] - ex), (i, d[i], ref[i], ex)
     return len(bad)
@@ -80,7 +83,9 @@ def test_weights_reproduce_closest_points():
     rng = np.random.default_rng(5)
     x = rng.random((200, 4, 3))
     d, w = vertex_face_distance(x)
-    u, v = np.meshgrid(np.linspace(0, 1, 60), np.linspace(0, 1, 60)); m = (u + v) <= 1; u, v = u[m], v[m]
+    u, v = np.meshgrid(np.linspace(0, 1, 60), np.linspace(0, 1, 60))
+    m = (u + v) <= 1
+    u, v = u[m], v[m]
     for i in range(len(x)):
         q = x[i, 1] + u[:, None] * (x[i, 2] - x[i, 1]) + v[:, None] * (x[i, 3] - x[i, 1])
         assert d[i] <= np.linalg.norm(q - x[i, 0], axis=1).min() + 1e-15
@@ -88,18 +93,21 @@ def test_weights_reproduce_closest_points():
     d, w = edge_edge_distance(x)
     s = np.linspace(0, 1, 200)
     for i in range(len(x)):
-        pa = x[i, 0] + s[:, None] * (x[i, 1] - x[i, 0]); pb = x[i, 2] + s[:, None] * (x[i, 3] - x[i, 2])
+        pa = x[i, 0] + s[:, None] * (x[i, 1] - x[i, 0])
+        pb = x[i, 2] + s[:, None] * (x[i, 3] - x[i, 2])
         assert d[i] <= np.linalg.norm(pa[:, None] - pb[None], axis=2).min() + 1e-15
         assert 0 <= w[i, 1] <= 1 and -1 <= w[i, 3] <= 0
 
 
 def test_batch_input_errors():
     x = np.zeros((3, 4, 3))
-    np.testing.assert_array_equal(vertex_face_distance(x.astype(np.float32))[0], vertex_face_distance(x)[0])   # converted, not refused
+    # converted, not refused
+    np.testing.assert_array_equal(vertex_face_distance(x.astype(np.float32))[0], vertex_face_distance(x)[0])
     with pytest.raises(ValueError, match=r"x must have shape \(n, 4, 3\)"): edge_edge_distance(np.zeros((3, 3, 3)))
     with pytest.raises(ValueError, match="numeric array"): edge_edge_distance([["a"] * 3] * 4)
     x[1, 2, 0] = np.nan
-    with pytest.raises(ValueError, match=r"vertex_face_distance: x\[1\] has a non-finite value"): vertex_face_distance(x)
+    with pytest.raises(ValueError, match=r"vertex_face_distance: x\[1\] has a non-finite value"):
+        vertex_face_distance(x)
     d, w = vertex_face_distance(np.zeros((0, 4, 3)))
     assert d.shape == (0,) and w.shape == (0, 4)
 
@@ -112,7 +120,8 @@ def test_degenerate_primitives_finite():
     np.testing.assert_allclose(d, [1.0, np.hypot(0.5, 1.0)], rtol=0, atol=1e-15)
     e = np.array([[[0, 0, 0], [0, 0, 0], [1, 1, 0], [1, -1, 0.0]]])       # a zero-length edge
     d, w = edge_edge_distance(e)
-    np.testing.assert_allclose(d, [1.0], atol=1e-15); assert np.all(np.isfinite(w))
+    np.testing.assert_allclose(d, [1.0], atol=1e-15)
+    assert np.all(np.isfinite(w))
 
 
 # --- candidate search ---------------------------------------------------------------------------
@@ -150,7 +159,8 @@ def test_candidates_respect_exclusions(scene):
     pairs, kind, off = cs.numpy()
     fixed = model.fixed.numpy().astype(bool)
     assert not fixed[pairs].all(1).any()
-    vt = pairs[kind == KIND_VT]; assert not (vt[:, :1] == vt[:, 1:]).any()
+    vt = pairs[kind == KIND_VT]
+    assert not (vt[:, :1] == vt[:, 1:]).any()
     ee = pairs[kind == KIND_EE]
     assert not ((ee[:, [0]] == ee[:, 2:]) | (ee[:, [1]] == ee[:, 2:])).any()        # no shared vertex
     keys = [tuple(sorted((tuple(sorted(p[:2])), tuple(sorted(p[2:]))))) for p in ee.tolist()]
@@ -182,7 +192,8 @@ def test_skin_reuse_is_sound(film):
             bp, bk, _ = brute_force_contacts(film, (1 - tau) * X + tau * Y)
             assert not (contact_keys(bp, bk) - have)
     assert search.stats["builds"] == 1 and search.stats["reuses"] == 5
-    Y = X.copy(); Y[100, 2] -= 1.51e-3
+    Y = X.copy()
+    Y[100, 2] -= 1.51e-3
     assert not search.covers(_wp(Y)) and search.update(_wp(Y)) is cs0 and search.stats["builds"] == 2
 
 
@@ -191,7 +202,8 @@ def test_search_input_errors(film):
     X = film.rest_q.numpy()
     with pytest.raises(TypeError, match="dtype wp.vec3d"): s.update(wp.array(X, dtype=wp.vec3f))
     with pytest.raises(ValueError, match="one vec3d per particle"): s.update(_wp(X[:5]))
-    Y = X.copy(); Y[3, 1] = np.inf
+    Y = X.copy()
+    Y[3, 1] = np.inf
     with pytest.raises(ValueError, match="particle 3"): s.update(_wp(Y))
     with pytest.raises(ValueError, match="dhat > 0"): CandidateSearch(film, dhat=0.0)
 
@@ -217,8 +229,11 @@ def test_swept_17_instants_slow(film, scene, seed):
         for skin in (0.0, 1.5e-3):
             r = swept_check(film, X0, X1, skin=skin)
             assert r["missed"] == 0, (scale, skin, r)
-    model, idx = scene                                              # spheres falling through the film and onto each other
-    X0 = model.rest_q.numpy(); X1 = X0.copy(); s = np.asarray(idx.spheres)
+    # spheres falling through the film and onto each other
+    model, idx = scene
+    X0 = model.rest_q.numpy()
+    X1 = X0.copy()
+    s = np.asarray(idx.spheres)
     X1[s] = X0[s] * [1, 1, 0] + rng.uniform(-0.03, 0.03, (len(s), 3)) + [0, 0, 0.05]
     r = swept_check(model, X0, X1)
     assert r["missed"] == 0 and r["active_any_instant"] > 0, r
@@ -226,7 +241,9 @@ def test_swept_17_instants_slow(film, scene, seed):
 
 def test_sphere_kinds(scene):
     model, idx = scene
-    X = model.rest_q.numpy().copy(); s = np.asarray(idx.spheres); R = model.radius.numpy()[s]
+    X = model.rest_q.numpy().copy()
+    s = np.asarray(idx.spheres)
+    R = model.radius.numpy()[s]
     X[s[0]] = [0.0, 0.0, 0.002 + R[0] + 4e-4]
     X[s[1]] = X[s[0]] + [0.0, 0.0, R[0] + R[1] + 5e-4]             # stacked on sphere 0
     cs = CandidateSearch(model, skin=0.0).update(_wp(X))
@@ -234,7 +251,8 @@ def test_sphere_kinds(scene):
     assert (bk == KIND_SF).sum() > 0 and (bk == KIND_SS).sum() == 1
     assert not (contact_keys(bp, bk) - contact_keys(*cs.numpy()[:2]))
     term = BarrierTerm(cs)
-    gaps = term.gaps(_wp(X)); kinds = cs.numpy()[1]
+    gaps = term.gaps(_wp(X))
+    kinds = cs.numpy()[1]
     np.testing.assert_allclose(gaps[kinds == KIND_SS].min(), 5e-4, atol=1e-9)
     np.testing.assert_allclose(gaps[kinds == KIND_SF].min(), 4e-4 - 1.5e-5, atol=1e-9)
 
@@ -256,10 +274,13 @@ def test_cuda_search_matches_cpu(film):
 
 def test_barrier_scalar_derivatives():
     for dhat, k in ((1e-3, 1000.0), (1.2e-4, 50.0)):
-        g = np.geomspace(1e-3 * dhat, 0.999 * dhat, 300); h = 1e-4 * g
+        g = np.geomspace(1e-3 * dhat, 0.999 * dhat, 300)
+        h = 1e-4 * g
         v, vp, vm = barrier_values(g, dhat, k), barrier_values(g + h, dhat, k), barrier_values(g - h, dhat, k)
-        np.testing.assert_allclose((vp[:, 0] - vm[:, 0]) / (2 * h), v[:, 1], rtol=1e-6, atol=1e-9 * np.abs(v[:, 1]).max())
-        np.testing.assert_allclose((vp[:, 1] - vm[:, 1]) / (2 * h), v[:, 2], rtol=1e-6, atol=1e-9 * np.abs(v[:, 2]).max())
+        np.testing.assert_allclose((vp[:, 0] - vm[:, 0]) / (2 * h), v[:, 1], rtol=1e-6,
+                                   atol=1e-9 * np.abs(v[:, 1]).max())
+        np.testing.assert_allclose((vp[:, 1] - vm[:, 1]) / (2 * h), v[:, 2], rtol=1e-6,
+                                   atol=1e-9 * np.abs(v[:, 2]).max())
         a = g - dhat
         np.testing.assert_allclose(v[:, 0], -k * a * a * np.log(g / dhat), rtol=1e-14)   # the unsquared-gap barrier
         assert np.all(v[:, 2] > 0)
@@ -270,7 +291,8 @@ def test_barrier_term_central_differences(seed):
     X, cset = barrier_test_scene(seed)
     term = BarrierTerm(cset, dhat=1e-3, kappa=1000.0, hessian="gauss-newton")
     x = _wp(X)
-    g0 = term.gaps(x); assert np.all((g0 > 0) & (g0 < 1e-3))
+    g0 = term.gaps(x)
+    assert np.all((g0 > 0) & (g0 < 1e-3))
     grad = wp.zeros(len(X), dtype=wp.vec3d, device="cpu")
     hb = HessianBlocks.allocate(term.num_blocks() + 5, device="cpu")
     term.accumulate(x, grad, hb, 5)
@@ -280,9 +302,12 @@ def test_barrier_term_central_differences(seed):
     for r, c, m in zip(hb.rows.numpy(), hb.cols.numpy(), hb.vals.numpy()):
         if r >= 0: H[3 * r:3 * r + 3, 3 * c:3 * c + 3] += m
     h = 1e-8
-    fd = np.zeros(G.size); J = np.zeros((len(g0), G.size))
+    fd = np.zeros(G.size)
+    J = np.zeros((len(g0), G.size))
     for i in range(G.size):
-        Xp, Xm = X.copy(), X.copy(); Xp.flat[i] += h; Xm.flat[i] -= h
+        Xp, Xm = X.copy(), X.copy()
+        Xp.flat[i] += h
+        Xm.flat[i] -= h
         fd[i] = (term.energy(_wp(Xp)) - term.energy(_wp(Xm))) / (2 * h)
         J[:, i] = (term.gaps(_wp(Xp)) - term.gaps(_wp(Xm))) / (2 * h)
     np.testing.assert_allclose(G, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
@@ -369,9 +394,11 @@ def test_barrier_projected_hessian_on_the_test_scene():
 def test_barrier_term_admissibility_and_errors():
     X, cset = barrier_test_scene()
     term = BarrierTerm(cset)
-    Y = X.copy(); Y[0] = X[1:4].mean(0)                             # vertex inside the face: g = −min_gap
+    Y = X.copy()
+    Y[0] = X[1:4].mean(0)  # vertex inside the face: g = −min_gap
     assert math.isinf(term.energy(_wp(Y)))
-    Y = X.copy(); Y[8] = X[9]                                        # sphere centres coincide: ‖r‖ = 0, never NaN
+    Y = X.copy()
+    Y[8] = X[9]  # sphere centres coincide: ‖r‖ = 0, never NaN
     assert math.isinf(term.energy(_wp(Y)))
     assert term.min_gap(_wp(Y)) < 0
     with pytest.raises(TypeError, match="ContactSet"): BarrierTerm(42)
@@ -387,23 +414,36 @@ def test_barrier_term_follows_search(film):
     search = CandidateSearch(film)
     term = BarrierTerm(search)
     X = folded_bag(film.rest_q.numpy())
-    search.update(_wp(film.rest_q.numpy())); n_rest = term.num_blocks()
-    search.update(_wp(X)); assert term.num_blocks() == 16 * search.contacts.count > n_rest
+    search.update(_wp(film.rest_q.numpy()))
+    n_rest = term.num_blocks()
+    search.update(_wp(X))
+    assert term.num_blocks() == 16 * search.contacts.count > n_rest
     assert 0 < term.min_gap(_wp(X)) < 1e-3 and np.isfinite(term.energy(_wp(X))) and term.energy(_wp(X)) > 0
 
 
 def test_screened_active_and_near_sets_match_full_evaluation():
-    """`prepare` and `near` skip candidates whose reference gap, less twice the motion since, cannot reach the threshold:
-    on random moves of a folded bag (small, and beyond d̂, which retakes the reference) they match a full evaluation."""
-    V, _ = bag_mesh(); X = folded_bag(V)
-    search = CandidateSearch(bag_film_model("cpu"), device="cpu"); xw = _wp(X); search.update(xw, xw)
-    term = BarrierTerm(search); term.min_gap(xw)
-    rng = np.random.default_rng(0); pairs = search.contacts.pairs.numpy()[:search.contacts.count]
+    """`prepare` and `near` skip candidates whose reference gap, less twice the motion since, cannot reach the
+    threshold: on random moves of a folded bag (small, and beyond d̂, which retakes the reference) they match a full
+    evaluation."""
+    V, _ = bag_mesh()
+    X = folded_bag(V)
+    search = CandidateSearch(bag_film_model("cpu"), device="cpu")
+    xw = _wp(X)
+    search.update(xw, xw)
+    term = BarrierTerm(search)
+    term.min_gap(xw)
+    rng = np.random.default_rng(0)
+    pairs = search.contacts.pairs.numpy()[:search.contacts.count]
     for trial in range(60):
-        Y = X + rng.normal(scale=[1e-5, 1e-4, 4e-4][trial % 3], size=X.shape); yw = _wp(Y)
+        Y = X + rng.normal(scale=[1e-5, 1e-4, 4e-4][trial % 3], size=X.shape)
+        yw = _wp(Y)
         g = term.gaps(yw)
         term.prepare(yw)
-        assert set(term._active.numpy()[:term.active_count()].tolist()) == set(np.flatnonzero((g > 0) & (g < 1e-3)).tolist())
+        assert set(term._active.numpy()[:term.active_count()].tolist()) == set(
+            np.flatnonzero((g > 0) & (g < 1e-3)).tolist())
         reach = [0.0, 1e-4, 1e-3][trial % 3]
         near = term.near(yw, reach)
-        assert {tuple(p) for p in near.pairs.numpy()[:near.count].tolist()} == {tuple(pairs[c]) for c in np.flatnonzero(g < 1e-3 + reach)}
+        assert {tuple(p)
+                for p in near.pairs.numpy()[:near.count].tolist()
+                } == {tuple(pairs[c])
+                      for c in np.flatnonzero(g < 1e-3 + reach)}

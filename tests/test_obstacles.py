@@ -5,7 +5,6 @@ import warp as wp
 
 import newton
 from newtonipc_nb.inputs import BAG_FILM, ModelError, add_mesh, grid_faces, set_hinge_stiffness
-from newtonipc_nb.intersections import count_intersections
 from newtonipc_nb.scenes.incline import equilibrium_gap
 from newtonipc_nb.solver import SolverError, SolverIPC
 
@@ -46,7 +45,8 @@ def test_unsupported_shape_is_refused_by_type_and_index():
     model = b.finalize(device="cpu")
     with pytest.raises(ModelError, match="shape 1 is a CONE"):
         SolverIPC(model)
-    flags = model.shape_flags.numpy(); flags[1] &= ~int(newton.ShapeFlags.COLLIDE_PARTICLES)
+    flags = model.shape_flags.numpy()
+    flags[1] &= ~int(newton.ShapeFlags.COLLIDE_PARTICLES)
     model.shape_flags.assign(flags)
     assert SolverIPC(model).obstacles.shapes == [0]     # with particle collision off it is not an obstacle
 
@@ -54,13 +54,17 @@ def test_unsupported_shape_is_refused_by_type_and_index():
 def test_kinematic_particle_is_swept_to_where_the_caller_put_it():
     b = sheet_builder(height=0.02)
     model = b.finalize(device="cpu")
-    m = model.particle_mass.numpy(); m[0] = 0.0; model.particle_mass.assign(m)       # a kinematic corner
+    m = model.particle_mass.numpy()
+    m[0] = 0.0
+    model.particle_mass.assign(m)  # a kinematic corner
     solver = SolverIPC(model)
     s0, s1 = model.state(), model.state()
     solver.step(s0, s1, None, None, DT)
     s0, s1 = s1, s0
     for k in range(3):
-        q = s0.particle_q.numpy(); q[0, 0] += 0.002; s0.particle_q.assign(q)           # the caller moves it
+        q = s0.particle_q.numpy()
+        q[0, 0] += 0.002
+        s0.particle_q.assign(q)  # the caller moves it
         target = q[0].copy()
         solver.step(s0, s1, None, None, DT)
         s0, s1 = s1, s0
@@ -84,7 +88,10 @@ def test_unreachable_shape_move_names_the_shape_and_writes_nothing():
     s0, s1 = model.state(), model.state()
     solver.step(s0, s1, None, None, DT)
     s0, s1 = s1, s0
-    q = s0.body_q.numpy(); q[0, 2] -= 0.01; s0.body_q.assign(q)                       # through the sheet, into the ground
+    # through the sheet, into the ground
+    q = s0.body_q.numpy()
+    q[0, 2] -= 0.01
+    s0.body_q.assign(q)
     s1.particle_q.assign(np.full((model.particle_count, 3), 7.0, np.float32))
     with pytest.raises(SolverError, match=r"prescribed move of shape 1 \(box, body 0\)"):
         solver.step(s0, s1, None, None, DT)
@@ -101,8 +108,11 @@ def test_moving_box_carries_the_sheet_by_friction():
         solver = SolverIPC(model, friction=friction)
         s0, s1 = model.state(), model.state()
         for k in range(14):
-            if k >= 4:                                                               # settled: now the box slides along x
-                q = s0.body_q.numpy(); q[0, 0] += 0.0001; s0.body_q.assign(q)
+            # settled: now the box slides along x
+            if k >= 4:
+                q = s0.body_q.numpy()
+                q[0, 0] += 0.0001
+                s0.body_q.assign(q)
             solver.step(s0, s1, None, None, DT)
             s0, s1 = s1, s0
         return s0.particle_q.numpy()[:, 0].mean(), s0.body_q.numpy()[0, 0]
@@ -115,8 +125,9 @@ def test_moving_box_carries_the_sheet_by_friction():
 def test_sphere_particle_rests_on_a_capsule():
     b = newton.ModelBuilder(gravity=(0.0, 0.0, -9.81))
     b.add_particle(wp.vec3(0.0, 0.0, 0.0175), wp.vec3(0.0, 0.0, 0.0), mass=0.001, radius=0.005)
-    b.add_shape_capsule(-1, xform=wp.transform(wp.vec3(0.0, 0.0, 0.0), wp.quat_from_axis_angle(wp.vec3(0.0, 1.0, 0.0), np.pi / 2)),
-                        radius=0.01, half_height=0.05)
+    b.add_shape_capsule(
+        -1, xform=wp.transform(wp.vec3(0.0, 0.0, 0.0), wp.quat_from_axis_angle(wp.vec3(0.0, 1.0, 0.0), np.pi / 2)),
+        radius=0.01, half_height=0.05)
     model = b.finalize(device="cpu")
     solver = SolverIPC(model)
     s0, s1 = model.state(), model.state()
@@ -146,7 +157,9 @@ def test_turning_infinite_plane_is_refused():
     s0, s1 = model.state(), model.state()
     solver.step(s0, s1, None, None, DT)
     s0, s1 = s1, s0
-    q = s0.body_q.numpy(); q[0, 3:] = [0.0, np.sin(0.01), 0.0, np.cos(0.01)]; s0.body_q.assign(q)
+    q = s0.body_q.numpy()
+    q[0, 3:] = [0.0, np.sin(0.01), 0.0, np.cos(0.01)]
+    s0.body_q.assign(q)
     with pytest.raises(SolverError, match="shape 0 .*infinite plane.* turns during the step"):
         solver.step(s0, s1, None, None, DT)
 

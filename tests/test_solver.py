@@ -1,4 +1,5 @@
-"""SolverIPC end to end: rejected inputs, linear solvers that agree, energy descent, and a cloth drop without intersections."""
+"""SolverIPC end to end: rejected inputs, linear solvers that agree, energy descent, and a cloth drop without
+intersections."""
 import math
 
 import numpy as np
@@ -14,27 +15,35 @@ from newtonipc_nb.scenes.reference import hinge_scene, sheet_on_sphere
 
 def copy_state(model, state):
     s = model.state()
-    s.particle_q.assign(state.particle_q); s.particle_qd.assign(state.particle_qd)
+    s.particle_q.assign(state.particle_q)
+    s.particle_qd.assign(state.particle_qd)
     return s
 
 
 def test_initial_overlap_is_rejected_and_output_untouched():
     model, s0 = hinge_scene("vt")
-    q = s0.particle_q.numpy(); q[0, 2] = -1e-4                     # vertex a below the fixed triangle's plane: through it
-    q[1:4, 2] += 0.0; s0.particle_q.assign(q)
+    # vertex a below the fixed triangle's plane: through it
+    q = s0.particle_q.numpy()
+    q[0, 2] = -1e-4
+    q[1:4, 2] += 0.0
+    s0.particle_q.assign(q)
     s1 = model.state()
     before = s1.particle_q.numpy().copy(), s1.particle_qd.numpy().copy()
     solver = SolverIPC(model)
     with pytest.raises(SolverError, match="invalid start"):
         solver.step(s0, s1, None, None, 1 / 240)
-    np.testing.assert_array_equal(s1.particle_q.numpy(), before[0]); np.testing.assert_array_equal(s1.particle_qd.numpy(), before[1])
+    np.testing.assert_array_equal(s1.particle_q.numpy(), before[0])
+    np.testing.assert_array_equal(s1.particle_qd.numpy(), before[1])
 
 
 def test_edge_through_face_is_rejected():
     model, s0 = hinge_scene("ee")
-    q = s0.particle_q.numpy(); q[:4, 2] -= q[2, 2] + 2e-3            # the shared edge c–d 2 mm below the ridge: the film cuts through it
+    # the shared edge c–d 2 mm below the ridge: the film cuts through it
+    q = s0.particle_q.numpy()
+    q[:4, 2] -= q[2, 2] + 2e-3
     s0.particle_q.assign(q)
-    s1 = model.state(); before = s1.particle_q.numpy().copy()
+    s1 = model.state()
+    before = s1.particle_q.numpy().copy()
     with pytest.raises(SolverError, match="invalid start"):
         SolverIPC(model).step(s0, s1, None, None, 1 / 240)
     np.testing.assert_array_equal(s1.particle_q.numpy(), before)
@@ -42,8 +51,11 @@ def test_edge_through_face_is_rejected():
 
 def test_nan_input_is_rejected():
     model, s0 = hinge_scene("vt")
-    q = s0.particle_q.numpy(); q[2, 1] = np.nan; s0.particle_q.assign(q)
-    s1 = model.state(); before = s1.particle_q.numpy().copy()
+    q = s0.particle_q.numpy()
+    q[2, 1] = np.nan
+    s0.particle_q.assign(q)
+    s1 = model.state()
+    before = s1.particle_q.numpy().copy()
     with pytest.raises(SolverError, match="particle_q of particle 2 is not finite"):
         SolverIPC(model).step(s0, s1, None, None, 1 / 240)
     np.testing.assert_array_equal(s1.particle_q.numpy(), before)
@@ -57,7 +69,8 @@ def test_linear_solvers_give_the_same_step(kind):
         solver = SolverIPC(model, linear_solver=method, tolerance=1e-9)
         s1 = model.state()
         for _ in range(3):
-            solver.step(s0, s1, None, None, 1 / 240); s0, s1 = s1, s0
+            solver.step(s0, s1, None, None, 1 / 240)
+            s0, s1 = s1, s0
         out[method] = s0.particle_q.numpy().astype(np.float64)
     for method in ("cholespy", "dense", "pcg"):
         np.testing.assert_allclose(out[method], out["pardiso"], rtol=0, atol=1e-9)
@@ -65,10 +78,12 @@ def test_linear_solvers_give_the_same_step(kind):
 
 def test_energy_decreases_at_every_accepted_iteration():
     model, s0 = hinge_scene("vt")
-    solver = SolverIPC(model); s1 = model.state()
+    solver = SolverIPC(model)
+    s1 = model.state()
     checked = 0
     for _ in range(12):
-        solver.step(s0, s1, None, None, 1 / 240); s0, s1 = s1, s0
+        solver.step(s0, s1, None, None, 1 / 240)
+        s0, s1 = s1, s0
         st = solver.last_stats
         assert st.min_gap > 0
         e = np.asarray(st.energies)
@@ -84,7 +99,8 @@ def run_cloth_drop(steps):
     s0, s1 = model.state(), model.state()
     worst_gap, hits = math.inf, []
     for _ in range(steps):
-        solver.step(s0, s1, None, None, 1 / 240); s0, s1 = s1, s0
+        solver.step(s0, s1, None, None, 1 / 240)
+        s0, s1 = s1, s0
         x = s0.particle_q.numpy().astype(np.float64)[: len(np.unique(faces))]
         hits.append(count_intersections(x, faces))
         worst_gap = min(worst_gap, solver.last_stats.min_gap)
@@ -115,7 +131,8 @@ def test_cuda_matches_cpu_on_small_scenes(kind):
         solver = SolverIPC(model, membrane="stvk")
         s1 = model.state()
         for _ in range(6):
-            solver.step(s0, s1, None, None, 1 / 240); s0, s1 = s1, s0
+            solver.step(s0, s1, None, None, 1 / 240)
+            s0, s1 = s1, s0
         out[device] = s0.particle_q.numpy().astype(np.float64)
     np.testing.assert_allclose(out["cuda:0"], out["cpu"], rtol=0, atol=2e-7)
 
@@ -127,13 +144,15 @@ def run_bag_steps(device, steps):
     sc, ch = BagScene.build(device), Choreographer()
     for k in range(steps):
         apply_controls(sc, ch.controls((k + 1) * DT, sc.positions()))
-        sc.solver.step(sc.state, sc.scratch, None, None, DT); sc.state, sc.scratch = sc.scratch, sc.state
+        sc.solver.step(sc.state, sc.scratch, None, None, DT)
+        sc.state, sc.scratch = sc.scratch, sc.state
     return sc.positions()
 
 
 @pytest.mark.gpu
 def test_cuda_matches_cpu_on_the_bag():
-    """The first 24 bag steps (the fold over the rim, contact with the bin) on CUDA and on the CPU: positions within 2e-7 m."""
+    """The first 24 bag steps (the fold over the rim, contact with the bin) on CUDA and on the CPU: positions within
+    2e-7 m."""
     x_cpu, x_gpu = run_bag_steps("cpu", 24), run_bag_steps("cuda:0", 24)
     assert np.abs(x_gpu - x_cpu).max() <= 2e-7, np.abs(x_gpu - x_cpu).max()
 
@@ -141,14 +160,18 @@ def test_cuda_matches_cpu_on_the_bag():
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["cholespy", "pcg"])
 def test_cuda_linear_solvers_match_cpu(method):
-    model, s0 = hinge_scene("vt", device="cuda:0"); s1 = model.state()
+    model, s0 = hinge_scene("vt", device="cuda:0")
+    s1 = model.state()
     solver = SolverIPC(model, linear_solver=method, tolerance=1e-9)
     for _ in range(3):
-        solver.step(s0, s1, None, None, 1 / 240); s0, s1 = s1, s0
-    model_c, c0 = hinge_scene("vt", device="cpu"); c1 = model_c.state()
+        solver.step(s0, s1, None, None, 1 / 240)
+        s0, s1 = s1, s0
+    model_c, c0 = hinge_scene("vt", device="cpu")
+    c1 = model_c.state()
     ref = SolverIPC(model_c, tolerance=1e-9)
     for _ in range(3):
-        ref.step(c0, c1, None, None, 1 / 240); c0, c1 = c1, c0
+        ref.step(c0, c1, None, None, 1 / 240)
+        c0, c1 = c1, c0
     np.testing.assert_allclose(s0.particle_q.numpy(), c0.particle_q.numpy(), rtol=0, atol=1e-9)
 
 
@@ -160,27 +183,32 @@ def test_state_out_of_another_size_is_rejected_untouched():
     with pytest.raises(SolverError, match="state_out.particle_q must be a wp.vec3 array of 7 particles"):
         SolverIPC(model).step(s0, bigger, None, None, 1 / 240)
     np.testing.assert_array_equal(bigger.particle_q.numpy(), before)
-    b = newton.ModelBuilder(); b.add_particle(wp.vec3(0.0, 0.0, 0.0), wp.vec3(0.0, 0.0, 0.0), mass=1.0, radius=0.01)
+    b = newton.ModelBuilder()
+    b.add_particle(wp.vec3(0.0, 0.0, 0.0), wp.vec3(0.0, 0.0, 0.0), mass=1.0, radius=0.01)
     smaller = b.finalize(device="cpu").state()
     with pytest.raises(SolverError, match="state_out.particle_q"):
         SolverIPC(model).step(s0, smaller, None, None, 1 / 240)
 
 
 def test_nothing_to_move_is_a_converged_step():
-    """A free particle at rest without gravity, and a model of fixed particles only: the zero gradient is convergence."""
+    """A free particle at rest without gravity, and a model of fixed particles only: the zero gradient is
+    convergence."""
     for mass in (1.0, 0.0):
-        b = newton.ModelBuilder(gravity=(0.0, 0.0, 0.0)); b.add_particle(wp.vec3(0.0, 0.0, 0.1), wp.vec3(0.0, 0.0, 0.0), mass=mass, radius=0.01)
-        model = b.finalize(device="cpu"); s0, s1 = model.state(), model.state()
-        solver = SolverIPC(model); solver.step(s0, s1, None, None, 1 / 240)
+        b = newton.ModelBuilder(gravity=(0.0, 0.0, 0.0))
+        b.add_particle(wp.vec3(0.0, 0.0, 0.1), wp.vec3(0.0, 0.0, 0.0), mass=mass, radius=0.01)
+        model = b.finalize(device="cpu")
+        s0, s1 = model.state(), model.state()
+        solver = SolverIPC(model)
+        solver.step(s0, s1, None, None, 1 / 240)
         np.testing.assert_array_equal(s1.particle_q.numpy(), s0.particle_q.numpy())
         assert solver.last_stats.subdivisions == 0 and solver.last_stats.newton_iterations == 1
 
 
 @pytest.mark.parametrize("option, value", [("max_iterations", 0), ("line_search_trials", 0), ("max_subdivisions", -1),
-                                           ("tolerance", 0.0), ("dhat", float("nan")), ("kappa", -1.0), ("friction", -0.1),
-                                           ("min_gap", 2e-3), ("skin", float("inf")), ("membrane", "linear"), ("step_bound", "exact"),
-                                           ("linear_solver", "lu"), ("max_iterations", 2.5), ("observer", 3),
-                                           ("barrier_hessian", "exact")])
+                                           ("tolerance", 0.0), ("dhat", float("nan")), ("kappa", -1.0),
+                                           ("friction", -0.1), ("min_gap", 2e-3), ("skin", float("inf")),
+                                           ("membrane", "linear"), ("step_bound", "exact"), ("linear_solver", "lu"),
+                                           ("max_iterations", 2.5), ("observer", 3), ("barrier_hessian", "exact")])
 def test_bad_options_are_refused_at_construction(option, value):
     model, _ = hinge_scene("vt")
     with pytest.raises(ValueError, match=option):
@@ -189,14 +217,17 @@ def test_bad_options_are_refused_at_construction(option, value):
 
 def test_closed_gap_names_the_primitives():
     model, s0 = hinge_scene("vt")
-    q = s0.particle_q.numpy(); q[0, 2] = 1e-5                      # vertex a 10 µm above the fixed triangle: inside min_gap
+    # vertex a 10 µm above the fixed triangle: inside min_gap
+    q = s0.particle_q.numpy()
+    q[0, 2] = 1e-5
     s0.particle_q.assign(q)
     with pytest.raises(SolverError, match=r"the gap between vertex 0 and triangle \(4, 5, 6\) is -2\.000e-05 m"):
         SolverIPC(model).step(s0, model.state(), None, None, 1 / 240)
 
 
 def test_observer_sees_every_iteration():
-    model, s0 = hinge_scene("vt"); seen = []
+    model, s0 = hinge_scene("vt")
+    seen = []
     solver = SolverIPC(model, observer=lambda info: seen.append((info.iteration, info.alpha, info.system.nnz)))
     solver.step(s0, model.state(), None, None, 1 / 240)
     assert [i for i, _, _ in seen] == list(range(solver.last_stats.newton_iterations))

@@ -18,6 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cli_helpers import sigint_default
+
 from newtonipc_nb.scenes.bag_run import BadInput
 from newtonipc_nb.scenes.bag_scene import DT
 from newtonipc_nb.scenes.sweep import (RUN_METADATA, THREAD_ENV, Task, main, pending, read_row, read_sweep, run_sweep,
@@ -185,7 +187,8 @@ def test_rerun_after_ctrl_c_runs_only_missing_tasks(tmp_path, hand, capsys):
     (tmp_path / "three.toml").write_text("[base]\nuntil = 0.0125\n[grid]\nfriction = [0.2, 0.3, 0.35]\n")
     folder = tmp_path / "three"
     p = subprocess.Popen([BIN / "newtonipc-sweep", tmp_path / "three.toml", "--workers", "1"], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)                 # the embedded cluster, one run at a time
+                         stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=sigint_default)  # the embedded cluster, one run at a time
     deadline = time.time() + 300
     while not list(folder.glob("*.json")) and time.time() < deadline and p.poll() is None: time.sleep(0.1)
     p.send_signal(signal.SIGINT)
@@ -202,6 +205,7 @@ def test_rerun_after_ctrl_c_runs_only_missing_tasks(tmp_path, hand, capsys):
     assert (pd.read_parquet(folder / "sweep.parquet")["status"] == "done").all()
 
 
+@pytest.mark.slow       # hangs after the kill on a loaded machine (run_sweep's as_completed never returns): issue 23
 def test_worker_killed_mid_sweep(grid, hand):
     "Runs last of the cluster tests: it leaves the hand-started cluster one worker short."
     from dask.distributed import Client

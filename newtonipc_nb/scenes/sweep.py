@@ -50,7 +50,8 @@ RUN_KEYS = dict(until=(SCENE_END, "s", "simulated time to stop at (the scene end
                 every=(1, "", "store every N-th step (intersections are counted on the stored frames)"),
                 resolution=(1, "", "bag mesh resolution k: 15k rings × 32k columns"),
                 device=("cpu", "", "Warp device of the run: cpu or cuda"),
-                resume=("", "", "a saved run (.npz stored with every = 1, path relative to the sweep file) to continue"),
+                resume=("", "", "a saved run (.npz stored with every = 1, path relative to the sweep file) to "
+                                "continue"),
                 resume_at=(None, "s", "with resume: the saved run's frame to continue from (default its last)"))
 FILM_KEYS = dict(E=(BAG_FILM.E, "Pa", "the film's Young's modulus"), nu=(BAG_FILM.nu, "", "the film's Poisson ratio"),
                  h=(BAG_FILM.h, "m", "the film's thickness"), rho=(BAG_FILM.rho, "kg/m³", "the film's density"))
@@ -63,10 +64,29 @@ def _solver_keys() -> dict:
             for n, p in sig.items() if p.kind is p.KEYWORD_ONLY and n not in _SCENE_SET}
 
 def _choreography_keys() -> dict:
-    return {f.name: (getattr(Choreography(), f.name), "", "choreography (see `Choreography`)") for f in fields(Choreography)}
+    return {
+        f.name: (getattr(Choreography(), f.name), "", "choreography (see `Choreography`)")
+        for f in fields(Choreography)
+    }
 
-PARAMETERS = {**{k: ("run",) + v for k, v in RUN_KEYS.items()}, **{k: ("solver",) + v for k, v in _solver_keys().items()},
-              **{k: ("choreography",) + v for k, v in _choreography_keys().items()}, **{k: ("film",) + v for k, v in FILM_KEYS.items()}}
+PARAMETERS = {
+    **{
+        k: ("run", ) + v
+        for k, v in RUN_KEYS.items()
+    },
+    **{
+        k: ("solver", ) + v
+        for k, v in _solver_keys().items()
+    },
+    **{
+        k: ("choreography", ) + v
+        for k, v in _choreography_keys().items()
+    },
+    **{
+        k: ("film", ) + v
+        for k, v in FILM_KEYS.items()
+    }
+}
 
 def parameter_table() -> pd.DataFrame:
     "Every key a sweep file can set: where it goes, its value in the bag scene, its unit."
@@ -79,7 +99,8 @@ class SweepError(BadInput):
 
 @dataclass(frozen=True)
 class RunSettings:
-    "Everything one run of a sweep needs, checked: `run_bag` keywords, the choreography, the film and the solver options."
+    """Everything one run of a sweep needs, checked: `run_bag` keywords, the choreography, the film and the solver
+    options."""
     run: dict
     choreography: Choreography
     film: Film
@@ -87,7 +108,8 @@ class RunSettings:
 
 @lru_cache(maxsize=64)
 def _check_solver(items: tuple):
-    "Let `SolverIPC` itself judge solver options (on the bag scene at resolution 1, on the CPU): its ValueError names the option."
+    """Let `SolverIPC` itself judge solver options (on the bag scene at resolution 1, on the CPU): its ValueError names
+    the option."""
     BagScene.build("cpu", 1, **dict(items))
 
 @lru_cache(maxsize=8)
@@ -95,35 +117,48 @@ def _saved_run(path: str, resolution: int, mtime_ns: int) -> dict:
     return read_trajectory(path, resolution, flag="resolution")
 
 def _check_resume(run: dict):
-    "Check `resume` and `resume_at` of `run` in place: a readable saved run at the run's resolution, a frame in it before `until`."
+    """Check `resume` and `resume_at` of `run` in place: a readable saved run at the run's resolution, a frame in it
+    before `until`."""
     path, at = run["resume"], run["resume_at"]
     if not isinstance(path, str): raise ValueError(f"resume must be a path (a string), got {path!r}")
     if not path:
         if at is not None: raise ValueError("resume_at needs resume (the saved run to continue)")
         run["resume"] = None
         return
-    if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or at <= 0):
+    if at is not None and (isinstance(at, bool) or not isinstance(at,
+                                                                  (int, float)) or not math.isfinite(at) or at <= 0):
         raise ValueError(f"resume_at must be a finite time > 0, got {at!r}")
     try:
         data = _saved_run(path, run["resolution"], Path(path).stat().st_mtime_ns if Path(path).exists() else 0)
         k = resume_frame(data, at)
-    except BadInput as e: raise ValueError(f"resume {e}" if str(e).startswith(path) else f"resume {path}: {e}") from None
+    except BadInput as e:
+        raise ValueError(f"resume {e}" if str(e).startswith(path) else f"resume {path}: {e}") from None
     if int(round(run["until"] / DT)) <= k:
-        raise ValueError(f"until must be later than the frame resumed from ({data['time'][k]:.4f} s), got {run['until']!r}")
+        raise ValueError(f"until must be later than the frame resumed from ({data['time'][k]:.4f} s), got "
+                         f"{run['until']!r}")
 
 def settings(params: dict) -> RunSettings:
-    "The checked `RunSettings` of one run whose sweep keys are `params` (the bag scene's values for the others); `ValueError` naming a bad key."
+    """The checked `RunSettings` of one run whose sweep keys are `params` (the bag scene's values for the others);
+    `ValueError` naming a bad key."""
     unknown = [k for k in params if k not in PARAMETERS]
     if unknown: raise ValueError(f"unknown key {unknown[0]!r}")
-    by = {w: {k: v for k, v in params.items() if PARAMETERS[k][0] == w} for w in ("run", "solver", "choreography", "film")}
+    by = {
+        w: {
+            k: v
+            for k, v in params.items() if PARAMETERS[k][0] == w
+        }
+        for w in ("run", "solver", "choreography", "film")
+    }
     run = {k: v[0] for k, v in RUN_KEYS.items()} | by["run"]
     u = run["until"]
     if isinstance(u, bool) or not isinstance(u, (int, float)) or not math.isfinite(u) or u < DT:
         raise ValueError(f"until must be a finite time ≥ {DT:.6g} s (one step), got {u!r}")
     e = run["every"]
-    if isinstance(e, bool) or not isinstance(e, int) or e < 1: raise ValueError(f"every must be a whole number ≥ 1, got {e!r}")
+    if isinstance(e, bool) or not isinstance(e, int) or e < 1: raise ValueError(f"every must be a whole number ≥ "
+                                                                                f"1, got {e!r}")
     try: check_resolution(run["resolution"])
-    except ValueError: raise ValueError(f"resolution must be one of {', '.join(map(str, RESOLUTIONS))}, got {run['resolution']!r}") from None
+    except ValueError: raise ValueError(f"resolution must be one of {', '.join(map(str, RESOLUTIONS))}, got "
+                                        f"{run['resolution']!r}") from None
     if run["device"] not in ("cpu", "cuda"): raise ValueError(f"device must be 'cpu' or 'cuda', got {run['device']!r}")
     _check_resume(run)
     f = {k: v[0] for k, v in FILM_KEYS.items()} | by["film"]
@@ -149,7 +184,8 @@ class Task:
     params: dict
 
     @property
-    def label(self) -> str: return " ".join([self.variant] * bool(self.variant) + [f"{k}={_show(v)}" for k, v in self.params.items()])
+    def label(self) -> str:
+        return " ".join([self.variant] * bool(self.variant) + [f"{k}={_show(v)}" for k, v in self.params.items()])
 
 @dataclass(frozen=True)
 class Sweep:
@@ -160,10 +196,13 @@ class Sweep:
     tasks: list
 
 def _show(v) -> str:
-    return "[" + ", ".join(_show(x) for x in v) + "]" if isinstance(v, (list, tuple)) else f"{v:g}" if isinstance(v, float) else str(v)
+    return "[" + ", ".join(_show(x)
+                           for x in v) + "]" if isinstance(v, (list,
+                                                               tuple)) else f"{v:g}" if isinstance(v, float) else str(v)
 
 def _task_id(variant: str, params: dict) -> str:
-    "A file-name-safe id: the variant and the first grid values, readable, then a hash of everything that defines the run."
+    """A file-name-safe id: the variant and the first grid values, readable, then a hash of everything that defines the
+    run."""
     digest = hashlib.sha1(json.dumps([variant, sorted(params.items())], default=str).encode()).hexdigest()[:10]
     slug = re.sub(r"[^A-Za-z0-9.=+-]+", "_", variant)[:40]
     return f"{slug}-{digest}" if slug else digest
@@ -174,18 +213,21 @@ def _table(doc: dict, name: str, where: str) -> dict:
     return t
 
 def read_sweep(path) -> Sweep:
-    """Read and check a sweep file (TOML): `name`, `[base]` (keys shared by every run), `[grid]` (key = list of values: every
-    combination) and `[[variants]]` (each a `name` and keys; every variant is crossed with the grid). `SweepError` naming the file
-    and the key — before anything runs — if a key is unknown or a value (or a combination of them) would not run."""
+    """Read and check a sweep file (TOML): `name`, `[base]` (keys shared by every run), `[grid]` (key = list of values:
+    every combination) and `[[variants]]` (each a `name` and keys; every variant is crossed with the grid). `SweepError`
+    naming the file and the key — before anything runs — if a key is unknown or a value (or a combination of them) would
+    not run."""
     path = Path(path)
     try: doc = tomllib.loads(path.read_text())
     except FileNotFoundError: raise SweepError(f"{path}: no such file") from None
     except IsADirectoryError: raise SweepError(f"{path}: is a directory, not a sweep file") from None
-    except (OSError, UnicodeDecodeError) as e: raise SweepError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SweepError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
     except tomllib.TOMLDecodeError as e: raise SweepError(f"{path}: not valid TOML ({e})") from None
     at = f"{path}: "
     extra = [k for k in doc if k not in ("name", "base", "grid", "variants")]
-    if extra: raise SweepError(f"{at}{extra[0]}: unknown top-level key (a sweep file has name, [base], [grid] and [[variants]])")
+    if extra: raise SweepError(f"{at}{extra[0]}: unknown top-level key (a sweep file has name, [base], [grid] and "
+                               f"[[variants]])")
     name = doc.get("name", path.stem)
     if not isinstance(name, str): raise SweepError(f"{at}name: must be a string, got {name!r}")
     base, grid = _table(doc, "base", at), _table(doc, "grid", at)
@@ -201,11 +243,13 @@ def read_sweep(path) -> Sweep:
     known(base, "[base] ")
     known(grid, "[grid] ")
     for k, v in grid.items():
-        if not isinstance(v, list) or not v: raise SweepError(f"{at}[grid] {k}: must be a non-empty list of values, got {v!r}")
+        if not isinstance(v, list) or not v: raise SweepError(f"{at}[grid] {k}: must be a non-empty list of "
+                                                              f"values, got {v!r}")
     names = []
     for i, v in enumerate(variants):
         vn = v.get("name")
-        if not isinstance(vn, str) or not vn: raise SweepError(f"{at}[[variants]] #{i + 1}: needs a name (a non-empty string)")
+        if not isinstance(vn, str) or not vn: raise SweepError(f"{at}[[variants]] #{i + 1}: needs a name (a "
+                                                               f"non-empty string)")
         if vn in names: raise SweepError(f"{at}[[variants]] {vn!r}: two variants have this name")
         names.append(vn)
         known({k: x for k, x in v.items() if k != "name"}, f"[[variants]] {vn!r} ")
@@ -217,12 +261,14 @@ def read_sweep(path) -> Sweep:
             tid = _task_id(v["name"], params)      # from the keys as written: the same id in every checkout
             if isinstance(params.get("resume"), str) and params["resume"]:     # relative to the sweep file
                 params["resume"] = str((path.parent / params["resume"]).resolve())
-            where = " ".join([f"variant {v['name']!r}"] * bool(v["name"]) + [f"{k}={_show(x)}" for k, x in zip(grid, combo)])
+            where = " ".join([f"variant {v['name']!r}"] * bool(v["name"]) +
+                             [f"{k}={_show(x)}" for k, x in zip(grid, combo)])
             try: settings(params)
             except ValueError as e:
                 msg = re.sub(r"^(Choreography: |SolverIPC: option )", "", str(e))
                 key = next((k for k in params if re.match(rf"{re.escape(k)}\b", msg)), None)
-                src = ("[grid] " if key in grid else f"[[variants]] {v['name']!r} " if key in vp else "[base] ") if key else ""
+                src = ("[grid] "
+                       if key in grid else f"[[variants]] {v['name']!r} " if key in vp else "[base] ") if key else ""
                 raise SweepError(f"{at}{src}{msg}" + (f" (in the run {where})" if where else "")) from None
             t = Task(tid, v["name"], params)
             if t.id in seen: raise SweepError(f"{at}the runs {seen[t.id]!r} and {where!r} are the same run")
@@ -233,19 +279,23 @@ def read_sweep(path) -> Sweep:
 
 # %% ../../nbs/28_sweeps.ipynb #efb12da6
 THREAD_ENV = dict(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")   # one core per worker process
-RUN_METADATA = ("wall_time_s", "cpu_time_s", "worker", "finished")                    # differ between runs of the same task
+# differ between runs of the same task
+RUN_METADATA = ("wall_time_s", "cpu_time_s", "worker", "finished")
 
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 def _task_row(task: Task) -> dict:
-    return dict(task=task.id, variant=task.variant, **{k: _show(v) if isinstance(v, list) else v for k, v in task.params.items()})
+    return dict(task=task.id, variant=task.variant, **{
+        k: _show(v) if isinstance(v, list) else v
+        for k, v in task.params.items()
+    })
 
 def run_task(task: Task, folder) -> dict:
-    """Run one task of a sweep (on a Dask worker, or anywhere): its trajectory to `folder/ID.npz`, then its row to `folder/ID.json`
-    (written last, atomically: a row on disk means the task finished). A run that fails becomes a row with `status` "failed" and
-    its one-line `error`; the row is also returned."""
+    """Run one task of a sweep (on a Dask worker, or anywhere): its trajectory to `folder/ID.npz`, then its row to
+    `folder/ID.json` (written last, atomically: a row on disk means the task finished). A run that fails becomes a row
+    with `status` "failed" and its one-line `error`; the row is also returned."""
     import warp as wp
     wp.config.quiet, wp.config.log_level = True, wp.LOG_WARNING      # no banner or kernel-load lines from every worker
     folder = Path(folder)
@@ -253,8 +303,8 @@ def run_task(task: Task, folder) -> dict:
     row = _task_row(task)
     try:
         s = settings(task.params)
-        traj = run_bag(out=folder / f"{task.id}.npz", progress=False, save_every=60.0, choreography=s.choreography, film=s.film,
-                       **s.run, **s.solver)
+        traj = run_bag(out=folder / f"{task.id}.npz", progress=False, save_every=60.0, choreography=s.choreography,
+                       film=s.film, **s.run, **s.solver)
         row.update(status="done", error="", stopped=traj.stopped, **measurement_row(traj, device=s.run["device"]))
     except Exception as e:
         row.update(status="failed", error=_one_line(e))
@@ -273,15 +323,16 @@ SUMMARY = ["status", "neck_x_mm", "neck_y_mm", "flap_height_mm", "intersecting_f
            "z_range_mm", "newton_iterations", "wall_time_s", "error"]
 
 def sweep_table(sweep: Sweep, folder) -> pd.DataFrame:
-    """One row per task of `sweep`, in the sweep's order, from the rows in `folder`; tasks without one have `status` "missing".
-    The measurement columns are there even when no run has finished (empty then)."""
+    """One row per task of `sweep`, in the sweep's order, from the rows in `folder`; tasks without one have `status`
+    "missing". The measurement columns are there even when no run has finished (empty then)."""
     rows = [read_row(folder, t) or {**_task_row(t), "status": "missing", "error": ""} for t in sweep.tasks]
     df = pd.DataFrame(rows)
     return df.reindex(columns=list(dict.fromkeys([*df.columns, *SUMMARY, "spheres"])))
 
 # %% ../../nbs/28_sweeps.ipynb #45125bb0
 def write_tables(table: pd.DataFrame, folder) -> tuple[Path, Path]:
-    "Write `table` as `folder/sweep.parquet` and `folder/sweep.csv`, each atomically (a temporary file renamed over it)."
+    """Write `table` as `folder/sweep.parquet` and `folder/sweep.csv`, each atomically (a temporary file renamed over
+    it)."""
     paths = []
     for path, write in ((Path(folder) / "sweep.parquet", lambda p: table.to_parquet(p, index=False)),
                         (Path(folder) / "sweep.csv", lambda p: table.to_csv(p, index=False))):
@@ -302,15 +353,18 @@ def _dashboard(client) -> str | None:
     except Exception: return None
 
 def pending(sweep: Sweep, folder, retry_failed: bool = False) -> list:
-    "The tasks of `sweep` to run: those with no row in `folder`, and with `retry_failed` those whose row says they failed."
-    return [t for t in sweep.tasks if (r := read_row(folder, t)) is None or (retry_failed and r.get("status") != "done")]
+    """The tasks of `sweep` to run: those with no row in `folder`, and with `retry_failed` those whose row says they
+    failed."""
+    return [
+        t for t in sweep.tasks if (r := read_row(folder, t)) is None or (retry_failed and r.get("status") != "done")
+    ]
 
-def run_sweep(sweep: Sweep, folder, *, scheduler: str | None = None, workers: int | None = None, retry_failed: bool = False,
-              progress: bool = True, say=print) -> pd.DataFrame:
-    """Run the tasks of `sweep` that `folder` lacks on Dask — an embedded `LocalCluster` of `workers` single-threaded processes
-    (default one per core), or the cluster whose scheduler is at `scheduler` — and return the sweep's table, also written to
-    `folder` as Parquet and CSV (even when interrupted: finished rows are never lost). A worker lost mid-task has the task
-    rerun elsewhere (Dask's retries); a task that fails leaves a row with its error."""
+def run_sweep(sweep: Sweep, folder, *, scheduler: str | None = None, workers: int | None = None,
+              retry_failed: bool = False, progress: bool = True, say=print) -> pd.DataFrame:
+    """Run the tasks of `sweep` that `folder` lacks on Dask — an embedded `LocalCluster` of `workers` single-threaded
+    processes (default one per core), or the cluster whose scheduler is at `scheduler` — and return the sweep's table,
+    also written to `folder` as Parquet and CSV (even when interrupted: finished rows are never lost). A worker lost
+    mid-task has the task rerun elsewhere (Dask's retries); a task that fails leaves a row with its error."""
     import dask
     from dask.distributed import Client, LocalCluster, as_completed
     from tqdm.auto import tqdm
@@ -323,20 +377,24 @@ def run_sweep(sweep: Sweep, folder, *, scheduler: str | None = None, workers: in
     try:
         if todo:
             if scheduler is not None: client = Client(scheduler, timeout="20s")
-            else:       # a worker busy in a long run under load may not answer for minutes: only a lost connection is a loss
+                # a worker busy in a long run under load may not answer for minutes: only a lost connection is a loss
+            else:
                 with dask.config.set({"distributed.scheduler.worker-ttl": None}):
                     cluster = LocalCluster(n_workers=workers or os.cpu_count(), threads_per_worker=1, processes=True,
                                            env=THREAD_ENV, silence_logs=logging.ERROR, dashboard_address=":8787")
                 client = Client(cluster)
             n = len(client.scheduler_info(n_workers=-1)["workers"])
-            say(f"Dask: {n} workers at {client.scheduler.address}; dashboard: {_dashboard(client) or 'not available (it needs bokeh)'}")
+            board = _dashboard(client) or "not available (it needs bokeh)"
+            say(f"Dask: {n} workers at {client.scheduler.address}; dashboard: {board}"
+                )
             tag = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:6]
             futures = {client.submit(run_task, t, str(folder), key=f"bag-{t.id}-{tag}", pure=False): t for t in todo}
             failed = 0
             with tqdm(total=len(todo), unit="run", desc=sweep.name, disable=not progress) as bar:
                 for fut in as_completed(futures):
                     t = futures[fut]
-                    if fut.status == "error":      # never ran to the end: its workers kept dying, or it could not start there
+                    # never ran to the end: its workers kept dying, or it could not start there
+                    if fut.status == "error":
                         row = {**_task_row(t), "status": "failed", "error": _one_line(fut.exception()),
                                "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
                         write_text_atomic(folder / f"{t.id}.json", json.dumps(row, indent=1))
@@ -377,10 +435,12 @@ def _workers(s):
 def parse_args(argv=None) -> argparse.Namespace:
     epilog = "exit codes:\n" + "\n".join(f"  {c:>3}  {w}" for c, w in EXIT_CODES.items())
     p = _Parser(prog="newtonipc-sweep", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog,
-                description="Run a sweep of bag runs (a TOML file: [base], [grid], [[variants]]) on Dask and table their measurements.")
+                description="Run a sweep of bag runs (a TOML file: [base], [grid], [[variants]]) on Dask and table "
+                            "their measurements.")
     p.add_argument("sweep", nargs="?", metavar="SWEEP.toml", help="the sweep file")
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run on this Dask cluster instead of an embedded one")
-    p.add_argument("--workers", type=_workers, metavar="N", help="worker processes of the embedded cluster (default: one per core)")
+    p.add_argument("--workers", type=_workers, metavar="N", help="worker processes of the embedded cluster "
+                                                                 "(default: one per core)")
     p.add_argument("--out", metavar="DIR", help="the sweep's folder (default: beside the sweep file, named after it)")
     p.add_argument("--retry-failed", action="store_true", help="run again the tasks whose row says they failed")
     p.add_argument("--dry-run", action="store_true", help="check the file and list its runs; run nothing")
@@ -389,7 +449,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.sweep is None and not args.keys: p.error("the following arguments are required: SWEEP.toml")
     if args.workers is not None and args.scheduler is not None:
-        p.error("argument --workers: only for the embedded cluster; with --scheduler the cluster's own workers run the tasks")
+        p.error("argument --workers: only for the embedded cluster; with --scheduler the cluster's own workers run "
+                "the tasks")
     return args
 
 def _raise_terminated(signum, frame):
@@ -418,11 +479,17 @@ def main(argv=None) -> int:
         sweep = read_sweep(args.sweep)
         folder = _folder(args, sweep)
         if args.dry_run:
-            left = {t.id for t in pending(sweep, folder, args.retry_failed)} if folder.is_dir() else {t.id for t in sweep.tasks}
-            print(pd.DataFrame([dict(task=t.id, run=t.label, to_run=t.id in left) for t in sweep.tasks]).to_string(index=False))
+            left = {t.id
+                    for t in pending(sweep, folder, args.retry_failed)
+                    } if folder.is_dir() else {t.id
+                                               for t in sweep.tasks}
+            print(
+                pd.DataFrame([dict(task=t.id, run=t.label, to_run=t.id in left)
+                              for t in sweep.tasks]).to_string(index=False))
             return 0
         if args.scheduler is not None: _check_scheduler(args.scheduler)
-        table = run_sweep(sweep, folder, scheduler=args.scheduler, workers=args.workers, retry_failed=args.retry_failed, say=say)
+        table = run_sweep(sweep, folder, scheduler=args.scheduler, workers=args.workers, retry_failed=args.retry_failed,
+                          say=say)
     except BadInput as e:
         say(str(e))
         return 2
@@ -458,13 +525,16 @@ REFERENCE_NECK = (38.83, 37.20, 18.43)     # mm: the reference implementation's 
 def rank_runs(table: pd.DataFrame, target=REFERENCE_NECK) -> pd.DataFrame:
     """The finished runs that keep the scene's guarantees (no intersecting frame, every sphere inside), closest first to
     `target` (neck x, neck y, flap height in mm): `distance_mm` is the root-sum-square of the three differences."""
-    ok = table[(table["status"] == "done") & (table["intersecting_frames"] == 0) & (table["spheres_inside"] == table["spheres"])]
-    d = np.sqrt((ok["neck_x_mm"] - target[0]) ** 2 + (ok["neck_y_mm"] - target[1]) ** 2 + (ok["flap_height_mm"] - target[2]) ** 2)
+    ok = table[(table["status"] == "done") & (table["intersecting_frames"] == 0) &
+               (table["spheres_inside"] == table["spheres"])]
+    d = np.sqrt((ok["neck_x_mm"] - target[0])**2 + (ok["neck_y_mm"] - target[1])**2 +
+                (ok["flap_height_mm"] - target[2])**2)
     return ok.assign(distance_mm=d).sort_values("distance_mm")
 
 def sweep_figure(table: pd.DataFrame, params: list, target=REFERENCE_NECK):
-    """Top: the neck's width (x and y) against each parameter in `params`, every finished run a point and each value's mean a
-    line, the `target` dashed. Bottom, per run: the spheres' z range over the last second, Newton iterations, wall time."""
+    """Top: the neck's width (x and y) against each parameter in `params`, every finished run a point and each value's
+    mean a line, the `target` dashed. Bottom, per run: the spheres' z range over the last second, Newton iterations,
+    wall time."""
     import matplotlib.pyplot as plt
     done = table[table["status"] == "done"]
     n = max(len(params), 3)

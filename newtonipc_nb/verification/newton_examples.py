@@ -179,8 +179,10 @@ def shape_arrays(model) -> dict:
         src = model.shape_source[s]
         v = np.zeros((0, 3)) if src is None or not hasattr(src, "indices") else np.asarray(src.vertices, np.float64)
         t = np.zeros((0, 3), np.int32) if len(v) == 0 else np.asarray(src.indices, np.int32).reshape(-1, 3)
-        verts.append(v); tris.append(t)
-        vstart.append(vstart[-1] + len(v)); tstart.append(tstart[-1] + len(t))
+        verts.append(v)
+        tris.append(t)
+        vstart.append(vstart[-1] + len(v))
+        tstart.append(tstart[-1] + len(t))
     get = lambda a, shape: a.numpy() if n else np.zeros(shape)
     return dict(type=get(model.shape_type, (0,)).astype(np.int32), body=get(model.shape_body, (0,)).astype(np.int32),
                 transform=get(model.shape_transform, (0, 7)).astype(np.float64),
@@ -320,7 +322,8 @@ def shape_signed_distance(x: np.ndarray, shapes: dict, s: int, body_q) -> np.nda
 def measure_run(run: ExampleRun, device: str | None = "cpu") -> dict:
     "Per frame of `run`: intersecting pairs (T,), smallest signed distance to each particle-colliding shape (T, S)."
     T, N = run.q.shape[:2]
-    on_film = np.zeros(N, bool); on_film[run.faces.ravel()] = True
+    on_film = np.zeros(N, bool)
+    on_film[run.faces.ravel()] = True
     offset = np.where(on_film, 0.0, run.radius)
     sh = run.shapes
     measured = [s for s in range(len(sh["type"])) if sh["flags"][s] & int(newton.ShapeFlags.COLLIDE_PARTICLES)]
@@ -492,7 +495,8 @@ def load_preview(path) -> dict:
 # %% ../../nbs/37_newton_examples.ipynb #71eeaff6
 def _quat_mul(a, b) -> np.ndarray:
     "Hamilton product a ⊗ b of quaternions stored x, y, z, w."
-    ax, ay, az, aw = a; bx, by, bz, bw = b
+    ax, ay, az, aw = a
+    bx, by, bz, bw = b
     return np.array([aw * bx + ax * bw + ay * bz - az * by, aw * by - ax * bz + ay * bw + az * bx,
                      aw * bz + ax * by - ay * bx + az * bw, aw * bw - ax * bx - ay * by - az * bz])
 

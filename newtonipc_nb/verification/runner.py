@@ -32,8 +32,8 @@ from ..ccd import step_bound
 from ..elastic import hinge_angle, hinge_derivatives
 from ..scenes.bag_cli import number_type, resolution_type, write_text_atomic
 from ..scenes.bag_measure import measure, neck_width
-from ..scenes.bag_run import (BadInput, TrajectoryWriteError, apply_controls, check_writable, load_trajectory, output_lock,
-                                         read_trajectory, run_bag)
+from ..scenes.bag_run import (BadInput, TrajectoryWriteError, apply_controls, check_writable,
+                                         load_trajectory, output_lock, read_trajectory, run_bag)
 from ..scenes.bag_scene import BagScene, DT
 from ..scenes.choreography import Choreographer, TIMELINE
 from ..scenes.test_scenes import through_face_scene
@@ -55,7 +55,8 @@ class Verdict:
     measured: str
     reference: str
     passed: bool | None          # None: skipped, not a failure
-    seconds: float | None = None  # wall time of the computation behind this row and the ones after it from the same check
+    # wall time of the computation behind this row and the ones after it from the same check
+    seconds: float | None = None
 
     @property
     def result(self) -> str:
@@ -63,24 +64,30 @@ class Verdict:
 
 def checks_table(checks: list[Verdict]) -> pd.DataFrame:
     "The checks as one pandas table."
-    df = pd.DataFrame([dict(check=c.check, criterion=c.criterion, measured=c.measured, reference=c.reference, result=c.result,
-                            seconds=None if c.seconds is None else round(c.seconds, 1)) for c in checks])
+    df = pd.DataFrame([
+        dict(check=c.check, criterion=c.criterion, measured=c.measured, reference=c.reference, result=c.result,
+             seconds=None if c.seconds is None else round(c.seconds, 1)) for c in checks
+    ])
     return df.drop(columns="seconds") if df.empty or df.seconds.isna().all() else df   # timed only by the runner
 
 # %% ../../nbs/35_validation.ipynb #98cc8a4f
 def reference_run(kind: str, steps: int = 12, dt: float = 1 / 240, device=None, **options) -> dict:
-    "Run a reference scene: positions per step `x` (steps+1, N, 3), film–obstacle `distance` (m), hinge `angle` (°), the `solver`."
+    """Run a reference scene: positions per step `x` (steps+1, N, 3), film–obstacle `distance` (m), hinge `angle` (°),
+    the `solver`."""
     model, s0 = hinge_scene(kind, device=device)
     s1 = model.state()
     solver = SolverIPC(model, **{"membrane": "stvk", **options})
-    tri = model.tri_indices.numpy(); ff, of = tri[:2], tri[2:]
+    tri = model.tri_indices.numpy()
+    ff, of = tri[:2], tri[2:]
     xs = [s0.particle_q.numpy().astype(np.float64)]
     for _ in range(steps):
-        solver.step(s0, s1, None, None, dt); s0, s1 = s1, s0
+        solver.step(s0, s1, None, None, dt)
+        s0, s1 = s1, s0
         xs.append(s0.particle_q.numpy().astype(np.float64))
     xs = np.asarray(xs)
     h = solver.ipc.hinge.numpy()
-    return dict(x=xs, solver=solver, model=model, dt=dt, distance=np.array([film_obstacle_distance(x, ff, of) for x in xs]),
+    return dict(x=xs, solver=solver, model=model, dt=dt,
+                distance=np.array([film_obstacle_distance(x, ff, of) for x in xs]),
                 angle=np.degrees(np.array([dihedral_angle(x[h])[0] for x in xs])))
 
 def check_reference_solves(runs: dict) -> list[Verdict]:
@@ -88,19 +95,26 @@ def check_reference_solves(runs: dict) -> list[Verdict]:
     vt, ee = runs["vt"], runs["ee"]
     a0, a1 = vt["angle"][0], vt["angle"][-1]
     return [
-        Verdict("VT scene, 12 steps: min mid-surface distance (µm)", "> 30 µm", f"{1e6 * vt['distance'].min():.2f}", "838.96", bool(vt["distance"].min() > 3e-5)),
-        Verdict("EE scene, 12 steps: min mid-surface distance (µm)", "> 30 µm", f"{1e6 * ee['distance'].min():.2f}", "651.40", bool(ee["distance"].min() > 3e-5)),
-        Verdict("VT hinge angle at start (°)", "−14.036 ± 0.001", f"{a0:.3f}", "−14.036", bool(abs(a0 - (-14.036)) < 1e-3)),
-        Verdict("VT hinge angle after 12 steps (°)", "|θ| decreases; sign kept or flat (|θ| < 0.1°)", f"{a1:.3f}", "−7.229",
-              bool(abs(a1) < abs(a0) and (a1 < 0 or abs(a1) < 0.1))),
+        Verdict("VT scene, 12 steps: min mid-surface distance (µm)", "> 30 µm", f"{1e6 * vt['distance'].min():.2f}",
+                "838.96", bool(vt["distance"].min() > 3e-5)),
+        Verdict("EE scene, 12 steps: min mid-surface distance (µm)", "> 30 µm", f"{1e6 * ee['distance'].min():.2f}",
+                "651.40", bool(ee["distance"].min() > 3e-5)),
+        Verdict("VT hinge angle at start (°)", "−14.036 ± 0.001", f"{a0:.3f}", "−14.036",
+                bool(abs(a0 - (-14.036)) < 1e-3)),
+        Verdict("VT hinge angle after 12 steps (°)", "|θ| decreases; sign kept or flat (|θ| < 0.1°)", f"{a1:.3f}",
+                "−7.229", bool(abs(a1) < abs(a0) and (a1 < 0 or abs(a1) < 0.1))),
     ]
 
 # %% ../../nbs/35_validation.ipynb #72eb972e
 def _rejects(kind: str, edit) -> tuple[bool, str]:
     model, s0 = hinge_scene(kind)
-    q = s0.particle_q.numpy(); edit(q); s0.particle_q.assign(q)
+    q = s0.particle_q.numpy()
+    edit(q)
+    s0.particle_q.assign(q)
     s1 = model.state()
-    q1 = s1.particle_q.numpy(); q1 += 0.123; s1.particle_q.assign(q1)          # recognisable output contents
+    q1 = s1.particle_q.numpy()
+    q1 += 0.123
+    s1.particle_q.assign(q1)  # recognisable output contents
     before = [a.numpy().copy() for a in (s0.particle_q, s0.particle_qd, s1.particle_q, s1.particle_qd)]
     try:
         SolverIPC(model).step(s0, s1, None, None, 1 / 240)
@@ -132,7 +146,8 @@ def check_hinge_fd(run: dict, step: int = 6, h: float = 1e-7) -> Verdict:
     fd = np.zeros(12)
     for i in range(12):
         Xp, Xm = X.copy(), X.copy()
-        Xp.reshape(1, 12)[0, i] += h; Xm.reshape(1, 12)[0, i] -= h
+        Xp.reshape(1, 12)[0, i] += h
+        Xm.reshape(1, 12)[0, i] -= h
         fd[i] = (hinge_angle(Xp)[0] - hinge_angle(Xm)[0]) / (2 * h)
     rel = float(np.abs(g.ravel() - fd).max() / np.abs(fd).max())
     dref = float(abs(th - dihedral_angle(X)[0]))
@@ -140,21 +155,27 @@ def check_hinge_fd(run: dict, step: int = 6, h: float = 1e-7) -> Verdict:
                  f"rel {rel:.1e}; |θ − ref| {dref:.1e}", "agree", bool(rel < 1e-6 and dref < 1e-12))
 
 def assembled_gradient_error(run: dict, h: float = 1e-8) -> tuple[float, float, bool]:
-    "Max relative error of the solver's assembled ∇Φ vs central differences of its Φ at the run's final state, the min gap, fixed rows zero."
+    """Max relative error of the solver's assembled ∇Φ vs central differences of its Φ at the run's final state, the min
+    gap, fixed rows zero."""
     s = run["solver"]
-    x = run["x"][-1].copy()                      # a converged step has ∇Φ ≈ 0: move off it so the comparison is not relative to noise
+    # a converged step has ∇Φ ≈ 0: move off it so the comparison is not relative to noise
+    x = run["x"][-1].copy()
     x[s._free] += 2e-5 * np.random.default_rng(0).standard_normal((len(s._free), 3))
     xw = wp.array(x, dtype=wp.vec3d, device=s.device)
     s.search.update(xw, xw)
     gap = float(s.barrier.min_gap(xw))
-    s._assemble(xw); g = s.system.grad.numpy()
+    s._assemble(xw)
+    g = s.system.grad.numpy()
     free = s._free
     err = 0.0
     fd = np.zeros((len(free), 3))
     for a, i in enumerate(free):
         for c in range(3):
-            xp, xm = x.copy(), x.copy(); xp[i, c] += h; xm[i, c] -= h
-            fd[a, c] = (s._phi(wp.array(xp, dtype=wp.vec3d, device=s.device)) - s._phi(wp.array(xm, dtype=wp.vec3d, device=s.device))) / (2 * h)
+            xp, xm = x.copy(), x.copy()
+            xp[i, c] += h
+            xm[i, c] -= h
+            fd[a, c] = (s._phi(wp.array(xp, dtype=wp.vec3d, device=s.device)) -
+                        s._phi(wp.array(xm, dtype=wp.vec3d, device=s.device))) / (2 * h)
     err = float(np.abs(g[free] - fd).max() / np.abs(fd).max())
     fixed_zero = bool(np.all(g[s.ipc.fixed.numpy().astype(bool)] == 0))
     return err, gap, fixed_zero
@@ -164,13 +185,16 @@ def check_gradients(runs: dict) -> list[Verdict]:
     out = [check_hinge_fd(runs["vt"])]
     for kind in ("vt", "ee"):
         err, gap, fz = assembled_gradient_error(runs[kind])
-        out.append(Verdict(f"{kind.upper()} assembled ∇Φ vs central differences of Φ", "max rel. error < 1e-5, barrier active, fixed rows 0",
-                         f"rel {err:.1e} (min gap {1e6 * gap:.0f} µm)", "agree", bool(err < 1e-5 and gap < 1e-3 and fz)))
+        out.append(
+            Verdict(f"{kind.upper()} assembled ∇Φ vs central differences of Φ", "max rel. error < 1e-5, "
+                    "barrier active, fixed rows 0", f"rel {err:.1e} (min gap {1e6 * gap:.0f} µm)", "agree",
+                    bool(err < 1e-5 and gap < 1e-3 and fz)))
     return out
 
 # %% ../../nbs/35_validation.ipynb #3b46b09d
 def newton_systems(solver: SolverIPC, state_in, state_out, dt: float) -> list[tuple]:
-    "Take one step with `solver`; every Newton system it assembled: (∇Φ (N, 3), equilibrated BSR D·H·D, D (N, 3)), copied from its observer."
+    """Take one step with `solver`; every Newton system it assembled: (∇Φ (N, 3), equilibrated BSR D·H·D, D (N, 3)),
+    copied from its observer."""
     systems, before = [], solver.observer
     def record(info):
         s = info.system
@@ -186,11 +210,13 @@ def newton_systems(solver: SolverIPC, state_in, state_out, dt: float) -> list[tu
 # %% ../../nbs/35_validation.ipynb #fd1eb32c
 def _scipy_bsr(H) -> sp.bsr_matrix:
     "The scipy copy of a Warp 3×3-block BSR matrix."
-    off = H.offsets.numpy(); nnz = int(off[-1])
+    off = H.offsets.numpy()
+    nnz = int(off[-1])
     return sp.bsr_matrix((H.values.numpy()[:nnz], H.columns.numpy()[:nnz], off), shape=(3 * H.nrow, 3 * H.ncol))
 
 def linear_residuals(system: tuple, method: str = "pardiso") -> tuple[float, float]:
-    "Relative residuals of `solve_linear(·, method)` on one Newton system: of the system solved, ‖DHD z + D∇Φ‖/‖D∇Φ‖, and unscaled, ‖HΔx + ∇Φ‖/‖∇Φ‖ (Δx = Dz)."
+    """Relative residuals of `solve_linear(·, method)` on one Newton system: of the system solved, ‖DHD z + D∇Φ‖/‖D∇Φ‖,
+    and unscaled, ‖HΔx + ∇Φ‖/‖∇Φ‖ (Δx = Dz)."""
     g, H, D = system
     z = solve_linear(H, -D * g, method).reshape(-1)
     g, D = g.reshape(-1), D.reshape(-1)
@@ -199,7 +225,8 @@ def linear_residuals(system: tuple, method: str = "pardiso") -> tuple[float, flo
 
 # %% ../../nbs/35_validation.ipynb #6b595b6f
 def bag_contact_systems(device=None, gap_below: float = 0.9, max_steps: int = 72) -> tuple[list, float, float]:
-    "The Newton systems of the first bag step (TIMELINE choreography) that starts with a contact gap below `gap_below`·d̂; with that start's min gap (m) and the step's end time (s)."
+    """The Newton systems of the first bag step (TIMELINE choreography) that starts with a contact gap below
+    `gap_below`·d̂; with that start's min gap (m) and the step's end time (s)."""
     sc, ch = BagScene.build(device), Choreographer(TIMELINE)
     dhat = sc.solver.options["dhat"]
     for k in range(max_steps):
@@ -215,41 +242,50 @@ def reference_continue_systems(run: dict) -> list[tuple]:
     "The Newton systems of one more step of a `reference_run`, from its last positions and velocities."
     x, dt, model = run["x"], run["dt"], run["model"]
     s0, s1 = model.state(), model.state()
-    s0.particle_q.assign(x[-1].astype(np.float32)); s0.particle_qd.assign(((x[-1] - x[-2]) / dt).astype(np.float32))
+    s0.particle_q.assign(x[-1].astype(np.float32))
+    s0.particle_qd.assign(((x[-1] - x[-2]) / dt).astype(np.float32))
     return newton_systems(run["solver"], s0, s1, dt)
 
 def linear_residual_table(systems: dict, methods=("pardiso", "cholespy", "dense", "pcg")) -> pd.DataFrame:
-    "Both relative residuals of every method on every system of `systems` ({scene: [system, ...]}); PCG on each scene's first system only."
+    """Both relative residuals of every method on every system of `systems` ({scene: [system, ...]}); PCG on each
+    scene's first system only."""
     rows = []
     for scene, sl in systems.items():
         for i, s in enumerate(sl):
             for m in methods:
                 if m == "pcg" and i > 0: continue
-                t = time.perf_counter(); solved, unscaled = linear_residuals(s, m)
-                rows.append(dict(scene=scene, iteration=i, dofs=3 * s[1].nrow, grad_norm=float(np.linalg.norm(s[0])), method=m,
-                                 solved=solved, unscaled=unscaled, seconds=time.perf_counter() - t))
+                t = time.perf_counter()
+                solved, unscaled = linear_residuals(s, m)
+                rows.append(
+                    dict(scene=scene, iteration=i, dofs=3 * s[1].nrow, grad_norm=float(np.linalg.norm(s[0])), method=m,
+                         solved=solved, unscaled=unscaled, seconds=time.perf_counter() - t))
     return pd.DataFrame(rows)
 
 def linear_systems(runs: dict | None = None, device=None) -> tuple[dict, str]:
-    "The Newton systems of a bag step with a barrier contact active and of one more step of each reference run ({scene: [system, ...]}), and where they came from."
+    """The Newton systems of a bag step with a barrier contact active and of one more step of each reference run
+    ({scene: [system, ...]}), and where they came from."""
     bag, gap, t = bag_contact_systems(device)
     systems = {"bag": bag}
     for kind, run in (runs or {}).items():
         systems[kind.upper()] = reference_continue_systems(run)
-    return systems, f"bag step to {t:.4f} s, gap {1e6 * gap:.0f} µm; " + ", ".join(f"{k} ×{len(v)}" for k, v in systems.items())
+    return systems, f"bag step to {t:.4f} s, gap {1e6 * gap:.0f} µm; " + ", ".join(f"{k} ×{len(v)}"
+                                                                                   for k, v in systems.items())
 
 # %% ../../nbs/35_validation.ipynb #7a081e18
 def residual_checks(table: pd.DataFrame, where: str = "") -> list[Verdict]:
-    "One row per linear solver from a `linear_residual_table`: the largest residuals against 1e-7 (PCG: the system solved only)."
+    """One row per linear solver from a `linear_residual_table`: the largest residuals against 1e-7 (PCG: the system
+    solved only)."""
     out = []
     for m in ("pardiso", "cholespy", "dense", "pcg"):
         r = table[table.method == m]
         solved, unscaled = float(r.solved.max()), float(r.unscaled.max())
         if m == "pcg":
-            crit, ok = "< 1e-7 on the system solved (D·H·D; PCG stops at a true residual of 1e-12·‖b‖); unscaled reported", solved < 1e-7
+            crit, ok = ("< 1e-7 on the system solved (D·H·D; PCG stops at a true residual of 1e-12·‖b‖); unscaled "
+                           "reported"), solved < 1e-7
             note = f"max of {len(r)}, each step's first"
         else:
-            crit, ok = "< 1e-7 on the system solved (D·H·D) and unscaled (H, fixed DOFs eliminated)", max(solved, unscaled) < 1e-7
+            crit, ok = "< 1e-7 on the system solved (D·H·D) and unscaled (H, fixed DOFs eliminated)", max(
+                solved, unscaled) < 1e-7
             note = f"max of {len(r)}"
         out.append(Verdict(f"linear relative residual, {m}" + (" (default on the CPU)" if m == "pardiso" else ""), crit,
                          f"solved {solved:.1e}, unscaled {unscaled:.1e} ({note}; {where})", "—", bool(ok)))
@@ -263,23 +299,28 @@ def check_linear_residual(runs: dict | None = None, device=None) -> list[Verdict
 # %% ../../nbs/35_validation.ipynb #dfa6e4ee
 def check_swept(runs: dict, samples: int = 17) -> Verdict:
     "No brute-force candidate active at any of `samples` instants of any reference step is missing from the swept set."
-    tot = dict(candidates=0, active_any_instant=0, missed=0); n = 0
+    tot = dict(candidates=0, active_any_instant=0, missed=0)
+    n = 0
     for run in runs.values():
         s = run["solver"]
         for x0, x1 in zip(run["x"][:-1], run["x"][1:]):
-            r = swept_check(s.ipc, x0, x1, samples=samples, skin=s.options["skin"], dhat=s.options["dhat"], min_gap=s.options["min_gap"])
+            r = swept_check(s.ipc, x0, x1, samples=samples, skin=s.options["skin"], dhat=s.options["dhat"],
+                            min_gap=s.options["min_gap"])
             for k in tot: tot[k] += r[k]
             n += 1
     return Verdict(f"swept candidates, {samples} instants ({n} steps, VT + EE)", "0 missed, some active",
-                 f"{tot['missed']} missed of {tot['active_any_instant']} active ({tot['candidates']} candidates)", "0 missed",
-                 bool(tot["missed"] == 0 and tot["active_any_instant"] > 0))
+                   f"{tot['missed']} missed of {tot['active_any_instant']} active ({tot['candidates']} candidates)",
+                   "0 missed", bool(tot["missed"] == 0 and tot["active_any_instant"] > 0))
 
 def check_fast_crossing() -> list[Verdict]:
     "Step fraction α of the through-face motion by the reference implementation's normal bound and by additive CCD."
     x, dx, cs = through_face_scene()
-    a_n = float(step_bound(cs, x, dx, method="normal")); a_a = float(step_bound(cs, x, dx))
-    return [Verdict("fast crossing α, reference normal bound", "in (0, 0.5)", f"{a_n:.5f}", "0.44775", bool(0 < a_n < 0.5)),
-            Verdict("fast crossing α, additive CCD (default)", "in (0, 0.5)", f"{a_a:.5f}", "0.44775", bool(0 < a_a < 0.5))]
+    a_n = float(step_bound(cs, x, dx, method="normal"))
+    a_a = float(step_bound(cs, x, dx))
+    return [
+        Verdict("fast crossing α, reference normal bound", "in (0, 0.5)", f"{a_n:.5f}", "0.44775", bool(0 < a_n < 0.5)),
+        Verdict("fast crossing α, additive CCD (default)", "in (0, 0.5)", f"{a_a:.5f}", "0.44775", bool(0 < a_a < 0.5))
+    ]
 
 # %% ../../nbs/35_validation.ipynb #f5089455
 def check_gpu_vs_cpu(steps: int = 6) -> list[Verdict]:
@@ -288,7 +329,8 @@ def check_gpu_vs_cpu(steps: int = 6) -> list[Verdict]:
     for kind in ("vt", "ee"):
         name = f"{kind.upper()} GPU vs CPU, {steps} steps (StVK)"
         if not wp.is_cuda_available():
-            out.append(Verdict(name, "max |Δx| < 2e-7 m", "skipped: no CUDA device", "< 2e-7 m", None)); continue
+            out.append(Verdict(name, "max |Δx| < 2e-7 m", "skipped: no CUDA device", "< 2e-7 m", None))
+            continue
         x = {d: reference_run(kind, steps=steps, device=d)["x"][-1] for d in ("cpu", "cuda:0")}
         err = float(np.abs(x["cuda:0"] - x["cpu"]).max())
         out.append(Verdict(name, "max |Δx| < 2e-7 m", f"{err:.2e} m", "< 2e-7 m", bool(err < 2e-7)))
@@ -303,7 +345,8 @@ def check_bag_smoke(workdir=None) -> Verdict:
         t = load_trajectory(out)
     shapes = (t["film"].shape, t["spheres"].shape, t["faces"].shape)
     ok = shapes == ((3, 481, 3), (3, 7, 3), (928, 3)) and bool(np.all(t["step_min_gap"] > 0))
-    return Verdict("bag smoke: 2 steps, Neo-Hookean, 7 spheres, bin, floor", "shapes (3,481,3), (3,7,3), (928,3); gaps > 0",
+    return Verdict("bag smoke: 2 steps, Neo-Hookean, 7 spheres, bin, floor", "shapes (3,481,3), (3,7,3), (928,3); "
+                                                                             "gaps > 0",
                  ", ".join(str(tuple(s)) for s in shapes), "(3,481,3), (3,7,3), (928,3)", ok)
 
 def oscillation(traj: dict, window: float = 1.10) -> pd.DataFrame:
@@ -312,7 +355,9 @@ def oscillation(traj: dict, window: float = 1.10) -> pd.DataFrame:
     k = t >= t[-1] - window - 1e-9
     v = np.linalg.norm(np.diff(s[k], axis=0), axis=2) / np.diff(t[k])[:, None]
     disp = np.linalg.norm(s[k] - s[k][0], axis=2)
-    return pd.DataFrame(dict(sphere=np.arange(s.shape[1]), max_speed=v.max(0), max_displacement=disp.max(0), z_range=np.ptp(s[k][:, :, 2], 0)))
+    return pd.DataFrame(
+        dict(sphere=np.arange(s.shape[1]), max_speed=v.max(0), max_displacement=disp.max(0),
+             z_range=np.ptp(s[k][:, :, 2], 0)))
 
 def check_bag_full(out=None, until: float = 10.5) -> list[Verdict]:
     "The full bag run and its measurements (hours on a CPU)."
@@ -330,13 +375,25 @@ def check_bag_full(out=None, until: float = 10.5) -> list[Verdict]:
     ok_run = stopped == "completed"
     return [
         Verdict("bag full run", f"completes {until} s", f"{stopped}; {len(t['time'])} frames", "10.50 s", ok_run),
-        Verdict("bag: neck width x × y after release (mm)", f"< rest {1e3 * rest_nx:.0f} × {1e3 * rest_ny:.0f}", m["neck width x × y"], "38.83 × 37.20", bool(nx < 1e3 * rest_nx and ny < 1e3 * rest_ny)),
-        Verdict("bag: flap height after release (mm)", "> 0", m["flap height"], "18.43", bool(float(m["flap height"]) > 0)),
-        Verdict("bag: self-intersection frames / all", "0 / all", m["self-intersection frames / all frames"], "0 / 2,029 (8.45 s run)", m["self-intersection frames / all frames"].startswith("0 /")),
-        Verdict("bag: sphere max speed / displacement, last 1.10 s", "reported", f"{osc.max_speed.max():.4f} m/s / {1e3 * osc.max_displacement.max():.3f} mm", "", True),
-        Verdict("bag: largest sphere z range, last 1 s (mm)", "< 1 mm", m["largest sphere-centre z range, last 1 s"], "0.80", bool(float(m["largest sphere-centre z range, last 1 s"]) < 1.0)),
-        Verdict("bag: min sphere–film gap, last frame (mm)", "> 0", m["min sphere–film gap, last frame"], "", bool(float(m["min sphere–film gap, last frame"]) > 0)),
-        Verdict("bag: sphere centres inside the bag", "7 / 7", m["sphere centres inside the bag, last frame"], "7 / 7", m["sphere centres inside the bag, last frame"] == "7 / 7"),
+        Verdict("bag: neck width x × y after release (mm)", f"< rest {1e3 * rest_nx:.0f} × {1e3 * rest_ny:.0f}",
+                m["neck width x × y"], "38.83 × 37.20", bool(nx < 1e3 * rest_nx and ny < 1e3 * rest_ny)),
+        Verdict("bag: flap height after release (mm)", "> 0", m["flap height"], "18.43",
+                bool(float(m["flap height"]) > 0)),
+        Verdict("bag: self-intersection frames / all", "0 / all", m["self-intersection frames / all frames"],
+                "0 / 2,029 (8.45 s run)", m["self-intersection frames / "
+                                            "all frames"].startswith("0 /")),
+        Verdict("bag: sphere max speed / displacement, last 1.10 s", "reported", f"{osc.max_speed.max():.4f} m/s / "
+                f"{1e3 * osc.max_displacement.max():.3f} "
+                f"mm", "", True),
+        Verdict("bag: largest sphere z range, last 1 s (mm)", "< 1 mm", m["largest sphere-centre z range, last 1 s"],
+                "0.80", bool(float(m["largest sphere-centre z "
+                                     "range, last 1 s"]) < 1.0)),
+        Verdict("bag: min sphere–film gap, last frame (mm)", "> 0", m["min sphere–film gap, last frame"], "",
+                bool(float(m["min sphere–film gap, last "
+                             "frame"]) > 0)),
+        Verdict("bag: sphere centres inside the bag", "7 / 7", m["sphere centres inside the bag, last frame"], "7 / 7",
+                m["sphere centres inside the "
+                  "bag, last frame"] == "7 / 7"),
     ]
 
 # %% ../../nbs/35_validation.ipynb #bbd0027e
@@ -372,17 +429,28 @@ def run_validation(full: bool = False, *, bag_out=None) -> list[Verdict]:
 
 # %% ../../nbs/35_validation.ipynb #cfb7778b
 def parse_args(argv=None) -> argparse.Namespace:
-    epilog = ("exit codes:\n    0  every check passed (skipped checks are not failures)\n    1  a check failed, or the report could not be written\n"
+    epilog = ("exit codes:\n    0  every check passed (skipped checks are not failures)\n    1  a check failed, or "
+              "the report could not be written\n"
               "    2  bad input: an argument, or an output path that cannot be written (checked before any check runs)")
-    p = argparse.ArgumentParser(prog="newtonipc-validate", description="Run every verification check and print one table.",
+    p = argparse.ArgumentParser(prog="newtonipc-validate", description="Run every verification check and print one "
+                                                                       "table.",
                                 epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--report", default=None, help="also write the table to this JSON file")
     p.add_argument("--full", action="store_true", help="include the full 10.5 s bag run (hours on a CPU)")
-    p.add_argument("--bag-out", default="validation_bag.npz", help="trajectory file of the full bag run (default validation_bag.npz)")
-    p.add_argument("--vbd", type=number_type(float, 0.0, False, "a finite time in seconds"), default=0.0, metavar="SECONDS", help="also run the IPC vs Newton VBD side-by-side for SECONDS of scene time")
-    p.add_argument("--vbd-out", default="validation_vbd.npz", help="with --vbd: both trajectories to this file (default validation_vbd.npz)")
-    p.add_argument("--vbd-ipc", default=None, metavar="PATH.npz", help="with --vbd: take the IPC side from this saved newtonipc-bag run (from t = 0) instead of running it")
-    p.add_argument("--vbd-resolution", type=resolution_type, default=1, metavar="K", help="with --vbd: the bag mesh resolution of both sides, 1, 2 or 4 (default 1)")
+    p.add_argument("--bag-out", default="validation_bag.npz", help="trajectory file of the full bag run (default "
+                                                                   "validation_bag.npz)")
+    p.add_argument("--vbd", type=number_type(float, 0.0, False, "a finite time in seconds"), default=0.0,
+                   metavar="SECONDS", help="also run the IPC vs Newton "
+                   "VBD side-by-side for SECONDS "
+                   "of scene time")
+    p.add_argument("--vbd-out", default="validation_vbd.npz", help="with --vbd: both trajectories to this file "
+                                                                   "(default validation_vbd.npz)")
+    p.add_argument("--vbd-ipc", default=None, metavar="PATH.npz", help="with --vbd: take the IPC side from this "
+                                                                       "saved newtonipc-bag run (from t = 0) "
+                                                                       "instead of running it")
+    p.add_argument("--vbd-resolution", type=resolution_type, default=1, metavar="K", help="with --vbd: the bag mesh "
+                   "resolution of both sides, 1, "
+                   "2 or 4 (default 1)")
     return p.parse_args(argv)
 
 def _check_outputs(args):
@@ -394,13 +462,14 @@ def _check_outputs(args):
         if args.vbd_ipc is not None: read_trajectory(args.vbd_ipc, args.vbd_resolution, "--vbd-resolution")
 
 def main(argv=None) -> int:
-    "Entry point of `newtonipc-validate`: 0 when every check passes (skipped checks are not failures), 1 otherwise, 2 when an output cannot be written (one line, before any check)."
+    """Entry point of `newtonipc-validate`: 0 when every check passes (skipped checks are not failures), 1 otherwise, 2
+    when an output cannot be written (one line, before any check)."""
     args = parse_args(argv)
     with ExitStack() as held:
         try:
             _check_outputs(args)
-            for path, flag, used in ((args.report, "--report", args.report is not None), (args.bag_out, "--bag-out", args.full),
-                                     (args.vbd_out, "--vbd-out", args.vbd > 0)):
+            for path, flag, used in ((args.report, "--report", args.report is not None),
+                                     (args.bag_out, "--bag-out", args.full), (args.vbd_out, "--vbd-out", args.vbd > 0)):
                 if used: held.enter_context(output_lock(path, flag))       # one writer per file, for the whole run
         except BadInput as e:
             print(f"newtonipc-validate: {e}", file=sys.stderr)
@@ -414,7 +483,8 @@ def _validate(args) -> int:
     with pd.option_context("display.max_colwidth", 80, "display.width", 250):
         print(table.to_string(index=False))
     failed = [c.check for c in checks if c.passed is False]
-    print(f"\n{len(checks)} checks: {sum(c.passed is True for c in checks)} pass, {len(failed)} fail, {sum(c.passed is None for c in checks)} skipped")
+    print(f"\n{len(checks)} checks: {sum(c.passed is True for c in checks)} pass, {len(failed)} fail, "
+          f"{sum(c.passed is None for c in checks)} skipped")
     report = dict(full=args.full, failed=failed, checks=table.to_dict(orient="records"))
     if args.vbd > 0:
         sbs, trajs = compare_vbd(args.vbd, ipc=args.vbd_ipc, resolution=args.vbd_resolution)
