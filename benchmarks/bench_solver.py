@@ -29,7 +29,8 @@ import warp as wp
 
 import newton
 from newtonipc_nb.inputs import BAG_FILM, add_mesh, grid_faces, set_hinge_stiffness
-from newtonipc_nb.solver import TIME_KEYS as SPLIT, SolverIPC
+from newtonipc_nb.solver import SolverIPC
+from newtonipc_nb.solver_interface import TIME_KEYS as SPLIT
 
 
 def drop_scene(n, spacing=5e-3, gap=5e-4, speed=0.1, device="cpu"):

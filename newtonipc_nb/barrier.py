@@ -495,7 +495,7 @@ def _finish_screen(self: BarrierTerm, flag: wp.array | None = None) -> int:
     self.flag = int(f)
     return int(count)
 
-# %% ../nbs/05_contact_barrier.ipynb #81ea7957
+# %% ../nbs/05_contact_barrier.ipynb #524c15eb
 @patch
 def prepare(self: BarrierTerm, x: wp.array) -> None:
     """Select the candidates whose barrier is active at x (0 < g < d̂): the next `num_blocks`/`accumulate` cover only
@@ -534,6 +534,7 @@ def near(self: BarrierTerm, x: wp.array, reach: float, out: ContactSet | None = 
     out.count = self._finish_screen(flag)
     return out
 
+# %% ../nbs/05_contact_barrier.ipynb #cd406285
 @patch
 def _selection(self: BarrierTerm):
     "(number of candidates accumulate covers, whether that is every candidate) for the current contact set."

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import warp as wp
+from fastcore.basics import patch
 
 from .checks import non_negative, positive
 from .terms import ElementEnergyTerm, HessianBlocks, add_gradient, skip_block, write_block
@@ -82,7 +83,7 @@ def _friction_accumulate(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3
             else:
                 skip_block(rows, cols, vals, k)
 
-# %% ../nbs/08_friction.ipynb #45b0b9f3
+# %% ../nbs/08_friction.ipynb #75052fd8
 class FrictionTerm(ElementEnergyTerm):
     "Lagged smoothed friction over the contact candidates of `search` (a `CandidateSearch`); μ = `mu`."
     def __init__(self, search, *, mu: float = 0.35, dhat: float = 1.0e-3, kappa: float = 1000.0,
@@ -112,52 +113,59 @@ class FrictionTerm(ElementEnergyTerm):
         self.load = wp.zeros(0, dtype=wp.float64, device=d)
         self._e = wp.zeros(0, dtype=wp.float64, device=d)
 
-    def lag(self, x0: wp.array, dt: float, contacts=None, reference: wp.array | None = None):
-        """Freeze loads, weights and normals at the step's start positions `x0`, keeping the candidates that carry a
-        load (an active barrier); `contacts` (default: every candidate of the search) may be any superset of those.
-        Sliding is measured from `reference` (default `x0`): the positions before prescribed particles moved."""
-        cs = self.search.contacts if contacts is None else contacts
-        m = int(cs.count) if self._any_mu else 0
-        self.count = 0              # no friction until the lag is complete: a lag cut short (an interrupt) adds none
-        self.eps = dt * self.sliding_speed
-        self.x0 = wp.clone(x0 if reference is None else reference)
-        d = self.device
-        w, n, load = wp.zeros(m, dtype=wp.vec4d, device=d), wp.zeros(m, dtype=wp.vec3d,
-                                                                     device=d), wp.zeros(m, dtype=wp.float64, device=d)
-        if m:
-            wp.launch(
-                _lag_kernel, dim=m, inputs=[
-                    x0, cs.pairs, cs.kind, cs.offset,
-                    wp.float64(self.mu), self.particle_mu,
-                    wp.float64(self.dhat),
-                    wp.float64(self.kappa), w, n, load
-                ], device=d)
-        # once per step: host compaction is cheap
-        keep = np.flatnonzero(load.numpy() > 0) if m else np.zeros(0, np.int64)
-        self.pairs = wp.array(cs.pairs.numpy()[keep], dtype=wp.vec4i, device=d)
-        self.w, self.n = wp.array(w.numpy()[keep], dtype=wp.vec4d,
-                                  device=d), wp.array(n.numpy()[keep], dtype=wp.vec3d, device=d)
-        self.load, self._e = wp.array(load.numpy()[keep], dtype=wp.float64,
-                                      device=d), wp.zeros(len(keep), dtype=wp.float64, device=d)
-        self.count = len(keep)
-
-    def active(self) -> int:
-        "Number of candidates carrying a friction load this step."
-        return self.count
-
-    def _energies(self, x: wp.array, total: wp.array) -> wp.array:
-        if self.count:
-            wp.launch(_friction_energy, dim=self.count,
-                      inputs=[x, self.x0, self.pairs, self.w, self.n, self.load,
-                              wp.float64(self.eps), self._e, total], device=self.device)
-        return self._e
-
-    def num_blocks(self) -> int: return 16 * self.count
-
-    def accumulate(self, x, grad, blocks: HessianBlocks, offset: int) -> None:
-        if not self.count: return
+# %% ../nbs/08_friction.ipynb #17ed205e
+@patch
+def lag(self: FrictionTerm, x0: wp.array, dt: float, contacts=None, reference: wp.array | None = None):
+    """Freeze loads, weights and normals at the step's start positions `x0`, keeping the candidates that carry a
+    load (an active barrier); `contacts` (default: every candidate of the search) may be any superset of those.
+    Sliding is measured from `reference` (default `x0`): the positions before prescribed particles moved."""
+    cs = self.search.contacts if contacts is None else contacts
+    m = int(cs.count) if self._any_mu else 0
+    self.count = 0              # no friction until the lag is complete: a lag cut short (an interrupt) adds none
+    self.eps = dt * self.sliding_speed
+    self.x0 = wp.clone(x0 if reference is None else reference)
+    d = self.device
+    w, n, load = wp.zeros(m, dtype=wp.vec4d, device=d), wp.zeros(m, dtype=wp.vec3d,
+                                                                 device=d), wp.zeros(m, dtype=wp.float64, device=d)
+    if m:
         wp.launch(
-            _friction_accumulate, dim=self.count, inputs=[
-                x, self.x0, self.pairs, self.w, self.n, self.load,
-                wp.float64(self.eps), grad, blocks.rows, blocks.cols, blocks.vals, offset
-            ], device=self.device)
+            _lag_kernel, dim=m, inputs=[
+                x0, cs.pairs, cs.kind, cs.offset,
+                wp.float64(self.mu), self.particle_mu,
+                wp.float64(self.dhat),
+                wp.float64(self.kappa), w, n, load
+            ], device=d)
+    # once per step: host compaction is cheap
+    keep = np.flatnonzero(load.numpy() > 0) if m else np.zeros(0, np.int64)
+    self.pairs = wp.array(cs.pairs.numpy()[keep], dtype=wp.vec4i, device=d)
+    self.w, self.n = wp.array(w.numpy()[keep], dtype=wp.vec4d,
+                              device=d), wp.array(n.numpy()[keep], dtype=wp.vec3d, device=d)
+    self.load, self._e = wp.array(load.numpy()[keep], dtype=wp.float64,
+                                  device=d), wp.zeros(len(keep), dtype=wp.float64, device=d)
+    self.count = len(keep)
+
+# %% ../nbs/08_friction.ipynb #b4ab28ec
+@patch
+def active(self: FrictionTerm) -> int:
+    "Number of candidates carrying a friction load this step."
+    return self.count
+
+@patch
+def _energies(self: FrictionTerm, x: wp.array, total: wp.array) -> wp.array:
+    if self.count:
+        wp.launch(_friction_energy, dim=self.count,
+                  inputs=[x, self.x0, self.pairs, self.w, self.n, self.load,
+                          wp.float64(self.eps), self._e, total], device=self.device)
+    return self._e
+
+@patch
+def num_blocks(self: FrictionTerm) -> int: return 16 * self.count
+
+@patch
+def accumulate(self: FrictionTerm, x, grad, blocks: HessianBlocks, offset: int) -> None:
+    if not self.count: return
+    wp.launch(
+        _friction_accumulate, dim=self.count, inputs=[
+            x, self.x0, self.pairs, self.w, self.n, self.load,
+            wp.float64(self.eps), grad, blocks.rows, blocks.cols, blocks.vals, offset
+        ], device=self.device)

@@ -14,6 +14,7 @@ import torch
 import warp as wp
 import warp.sparse as wps
 from warp.optim.linear import cg, preconditioner
+from fastcore.basics import patch
 
 from .terms import HessianBlocks, read_back
 
@@ -112,7 +113,7 @@ def _unscale(z: wp.array(dtype=wp.vec3d), d: wp.array(dtype=wp.vec3d), dx: wp.ar
     i = wp.tid()
     dx[i] = wp.cw_mul(d[i], z[i])
 
-# %% ../nbs/09_linear.ipynb #c96ab8f4
+# %% ../nbs/09_linear.ipynb #4d3e5bb1
 class NewtonSystem:
     """The Newton system of one iteration on a 3×3-block pattern that is kept while it holds every block: `H` (warp BSR,
     equilibrated D H D once `finish` ran), `D` (the scaling), `grad` and `rhs` = −D ∇Φ (Warp vec3d arrays)."""
@@ -164,72 +165,79 @@ class NewtonSystem:
         self._fresh_nnz = fresh
         self._set_pattern(keys)
 
-    def _triplet_keys(self, blocks: HessianBlocks, count: int) -> np.ndarray:
-        r, c = blocks.rows.numpy()[:count].astype(np.int64), blocks.cols.numpy()[:count].astype(np.int64)
-        fx = self.fixed.numpy()
-        ok = (r >= 0) & (c >= 0)
-        r, c = r[ok], c[ok]
-        ok = (fx[r] == 0) & (fx[c] == 0)
-        return np.unique(r[ok] * self.n + c[ok])
+# %% ../nbs/09_linear.ipynb #4d6584c2
+@patch
+def _triplet_keys(self: NewtonSystem, blocks: HessianBlocks, count: int) -> np.ndarray:
+    r, c = blocks.rows.numpy()[:count].astype(np.int64), blocks.cols.numpy()[:count].astype(np.int64)
+    fx = self.fixed.numpy()
+    ok = (r >= 0) & (c >= 0)
+    r, c = r[ok], c[ok]
+    ok = (fx[r] == 0) & (fx[c] == 0)
+    return np.unique(r[ok] * self.n + c[ok])
 
-    def assemble(self, blocks: HessianBlocks, count: int) -> bool:
-        """Sum the first `count` triplets of `blocks` into H (blocks touching a fixed particle dropped). A block outside
-        the pattern grows it to the union with these triplets' blocks, or, once that union is 1.5× the size of the last
-        pattern built from triplets alone, shrinks it to these triplets' blocks; returns whether the pattern changed."""
-        if self._hint.shape[0] < count: self._hint = wp.full(len(blocks), -1, dtype=wp.int32, device=self.device)
-        if self._stale: self._set_pattern(self._keys)       # a pattern change was cut short (an interrupt)
-        for attempt in range(2):
-            self.H.values.zero_()
-            self._flags.zero_()
-            self._checked = None
-            if count:
-                wp.launch(
-                    _scatter_blocks, dim=count, device=self.device, inputs=[
-                        blocks.rows, blocks.cols, blocks.vals, self.fixed, self.H.offsets, self.H.columns,
-                        self.block_rows, self.H.values, self._hint, self._missed
-                    ])
-            # the diagonal check of `finish` runs now, so that both flags come back in one read
-            wp.launch(_finish_diagonal, dim=self.n, device=self.device,
-                      inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
-            missed, bad = (int(v) for v in read_back(self._flags))
-            if missed == 0:
-                self._checked = bad
-                return attempt > 0
-            keys = self._triplet_keys(blocks, count)
-            union = np.union1d(self._keys, keys)
-            shrink = len(union) > 1.5 * self._fresh_nnz
-            self._set_pattern(keys if shrink else union)
-            if shrink: self._fresh_nnz = self.nnz
-        raise AssertionError("a block is still missing after the pattern was rebuilt")
+@patch
+def assemble(self: NewtonSystem, blocks: HessianBlocks, count: int) -> bool:
+    """Sum the first `count` triplets of `blocks` into H (blocks touching a fixed particle dropped). A block outside
+    the pattern grows it to the union with these triplets' blocks, or, once that union is 1.5× the size of the last
+    pattern built from triplets alone, shrinks it to these triplets' blocks; returns whether the pattern changed."""
+    if self._hint.shape[0] < count: self._hint = wp.full(len(blocks), -1, dtype=wp.int32, device=self.device)
+    if self._stale: self._set_pattern(self._keys)       # a pattern change was cut short (an interrupt)
+    for attempt in range(2):
+        self.H.values.zero_()
+        self._flags.zero_()
+        self._checked = None
+        if count:
+            wp.launch(
+                _scatter_blocks, dim=count, device=self.device, inputs=[
+                    blocks.rows, blocks.cols, blocks.vals, self.fixed, self.H.offsets, self.H.columns,
+                    self.block_rows, self.H.values, self._hint, self._missed
+                ])
+        # the diagonal check of `finish` runs now, so that both flags come back in one read
+        wp.launch(_finish_diagonal, dim=self.n, device=self.device,
+                  inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
+        missed, bad = (int(v) for v in read_back(self._flags))
+        if missed == 0:
+            self._checked = bad
+            return attempt > 0
+        keys = self._triplet_keys(blocks, count)
+        union = np.union1d(self._keys, keys)
+        shrink = len(union) > 1.5 * self._fresh_nnz
+        self._set_pattern(keys if shrink else union)
+        if shrink: self._fresh_nnz = self.nnz
+    raise AssertionError("a block is still missing after the pattern was rebuilt")
 
-    def finish(self):
-        """Identity on fixed particles, D = diag(H)^(−1/2), H ← D H D and rhs = −D ∇Φ; raises if a free diagonal entry
-        is not positive."""
-        d = self.device
-        bad, self._checked = self._checked, None
-        if bad is None:                     # H was not just assembled here: check it now
-            self._bad.zero_()
-            wp.launch(_finish_diagonal, dim=self.n, device=d,
-                      inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
-            bad = int(read_back(self._bad)[0])
-        if bad:
-            raise LinearSolveError(f"{bad} diagonal block(s) of the Newton matrix are not positive")
-        wp.launch(_equilibrate, dim=self.nnz, device=d, inputs=[self.block_rows, self.H.columns, self.H.values, self.D])
-        wp.launch(_scaled_rhs, dim=self.n, device=d, inputs=[self.grad, self.D, self.fixed, self.rhs])
+# %% ../nbs/09_linear.ipynb #3defde34
+@patch
+def finish(self: NewtonSystem):
+    """Identity on fixed particles, D = diag(H)^(−1/2), H ← D H D and rhs = −D ∇Φ; raises if a free diagonal entry
+    is not positive."""
+    d = self.device
+    bad, self._checked = self._checked, None
+    if bad is None:                     # H was not just assembled here: check it now
+        self._bad.zero_()
+        wp.launch(_finish_diagonal, dim=self.n, device=d,
+                  inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
+        bad = int(read_back(self._bad)[0])
+    if bad:
+        raise LinearSolveError(f"{bad} diagonal block(s) of the Newton matrix are not positive")
+    wp.launch(_equilibrate, dim=self.nnz, device=d, inputs=[self.block_rows, self.H.columns, self.H.values, self.D])
+    wp.launch(_scaled_rhs, dim=self.n, device=d, inputs=[self.grad, self.D, self.fixed, self.rhs])
 
-    def copy(self) -> "NewtonSystem":
-        """An independent copy of the pattern, values, D, gradient and right-hand side (an observer's systems are reused
-        next iteration)."""
-        s = NewtonSystem(self.n, self.fixed, device=self.device)
-        s._set_pattern(self._keys.copy())
-        for dst, src, k in ((s.H.values, self.H.values, self.nnz), (s.D, self.D, self.n), (s.grad, self.grad, self.n),
-                            (s.rhs, self.rhs, self.n)):
-            wp.copy(dst, src, count=k)
-        return s
+@patch
+def copy(self: NewtonSystem) -> "NewtonSystem":
+    """An independent copy of the pattern, values, D, gradient and right-hand side (an observer's systems are reused
+    next iteration)."""
+    s = NewtonSystem(self.n, self.fixed, device=self.device)
+    s._set_pattern(self._keys.copy())
+    for dst, src, k in ((s.H.values, self.H.values, self.nnz), (s.D, self.D, self.n), (s.grad, self.grad, self.n),
+                        (s.rhs, self.rhs, self.n)):
+        wp.copy(dst, src, count=k)
+    return s
 
-    def unscale(self, z: wp.array, dx: wp.array):
-        "dx = D z: the Newton direction from the solution of the equilibrated system."
-        wp.launch(_unscale, dim=self.n, device=self.device, inputs=[z, self.D, dx])
+@patch
+def unscale(self: NewtonSystem, z: wp.array, dx: wp.array):
+    "dx = D z: the Newton direction from the solution of the equilibrated system."
+    wp.launch(_unscale, dim=self.n, device=self.device, inputs=[z, self.D, dx])
 
 # %% ../nbs/09_linear.ipynb #9c699a70
 @wp.kernel

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import time
-from dataclasses import dataclass, field
 
 from fastcore.basics import patch
 
@@ -16,7 +14,6 @@ import numpy as np
 import warp as wp
 
 import newton
-from .checks import choice, non_negative, option, positive
 from .inputs import IPCModel
 from .terms import EnergyTerm, HessianBlocks, read_back
 from .elastic import MembraneTerm, HingeTerm
@@ -30,71 +27,11 @@ from .intersections import count_intersections
 from .friction import FrictionTerm
 from .linear import LinearSolveError, NewtonSystem, make_linear_solver
 from .rest_contacts import check_rest_contacts
+from .solver_interface import (MIN_DT, IterationInfo, SolverError, StepFailure, StepStats, _Timer,
+                                           _check_options, _check_terms)
 
 # %% auto #0
-__all__ = ['MIN_DT', 'TIME_KEYS', 'SolverError', 'StepFailure', 'StepStats', 'IterationInfo', 'SolverIPC']
-
-# %% ../nbs/10_solver.ipynb #ac896858
-class SolverError(RuntimeError):
-    "The step cannot be taken; `state_out` was not written."
-
-class StepFailure(Exception):
-    "A step attempt whose result must be discarded (the caller subdivides)."
-
-MIN_DT = 1e-12    # s: the smallest dt `step` accepts, far below any useful step; halved 30 times, m/dt² is still finite
-
-TIME_KEYS = ("candidates", "assembly", "factorisation", "solve", "ccd", "line_search")
-
-# %% ../nbs/10_solver.ipynb #b42fc761
-@dataclass
-class StepStats:
-    "What one call of `SolverIPC.step` did."
-    dt: float
-    substeps: int = 0
-    subdivisions: int = 0
-    max_level: int = 0
-    newton_iterations: int = 0
-    line_search_trials: int = 0
-    alphas: list = field(default_factory=list)
-    energies: list = field(default_factory=list)
-    candidates: dict = field(default_factory=dict)
-    min_gap: float = math.inf
-    failures: list = field(default_factory=list)
-    extrapolated: float = 0.0       # fraction α of the constant-velocity guess the Newton loop started from
-    active_contacts: int = 0
-    patterns: int = 0
-    times: dict = field(default_factory=lambda: dict.fromkeys(TIME_KEYS, 0.0))
-
-    def as_dict(self) -> dict:
-        d = {
-            k: getattr(self, k)
-            for k in ("dt", "substeps", "subdivisions", "max_level", "newton_iterations", "line_search_trials",
-                      "min_gap", "active_contacts", "patterns", "extrapolated")
-        }
-        d["alpha_min"] = min(self.alphas) if self.alphas else 1.0
-        d.update({f"candidates_{k}": v for k, v in self.candidates.items()})
-        d.update({f"time_{k}": v for k, v in self.times.items()})
-        return d
-
-@dataclass
-class IterationInfo:
-    """What an `observer` receives after each Newton iteration. `system` holds the assembled, equilibrated system
-    (gradient, D H D, D) and `dx` the direction; both are reused by the next iteration, so copy what you keep.
-    `alpha` is the step taken (0: none, the iteration only confirmed convergence) and `energy` Φ after it."""
-    dt: float
-    iteration: int
-    system: NewtonSystem
-    dx: wp.array
-    max_dx: float
-    slope: float
-    alpha: float
-    energy: float
-    linear_stats: dict
-
-class _Timer:
-    def __init__(self, times, key): self.times, self.key = times, key
-    def __enter__(self): self.t = time.perf_counter()
-    def __exit__(self, *a): self.times[self.key] += time.perf_counter() - self.t
+__all__ = ['SolverIPC']
 
 # %% ../nbs/10_solver.ipynb #9dc52d9c
 @wp.kernel
@@ -123,38 +60,6 @@ def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), 
     wp.atomic_add(out, 0, wp.dot(g[i], d))
     wp.atomic_max(out, 1, wp.max(wp.max(wp.abs(d[0]), wp.abs(d[1])), wp.abs(d[2])))
     wp.atomic_max(out, 2, wp.length(d))
-
-# %% ../nbs/10_solver.ipynb #6dc5876b
-def _check_options(*, membrane, step_bound, rest_contacts, barrier_hessian, dhat, kappa, tolerance, min_gap, friction,
-                   drag, skin, max_iterations, line_search_trials, max_subdivisions, observer):
-    "SolverIPC's options, each checked before anything is built: a `ValueError` naming the option and its rule."
-    fn, integer = "SolverIPC", numbers.Integral
-    choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)
-    choice(step_bound, "option step_bound", ("accd", "normal"), fn=fn)
-    choice(rest_contacts, "option rest_contacts", ("refuse", "allow"), fn=fn)
-    choice(barrier_hessian, "option barrier_hessian", ("projected", "gauss-newton"), fn=fn)
-    for name, v in (("dhat", dhat), ("kappa", kappa), ("tolerance", tolerance)): positive(v, f"option {name}", fn=fn)
-    for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)):
-        non_negative(v, f"option {name}", fn=fn)
-    option(min_gap, "option min_gap", fn=fn, ok=lambda v: v < dhat, rule=f"smaller than dhat = {dhat}")
-    for name, v in (("max_iterations", max_iterations), ("line_search_trials", line_search_trials)):
-        option(v, f"option {name}", fn=fn, kind=integer, ok=lambda v: v >= 1, rule="an integer ≥ 1")
-    option(max_subdivisions, "option max_subdivisions", fn=fn, kind=integer, ok=lambda v: 0 <= v <= 30,
-           rule="an integer in 0..30")
-    if observer is not None and not callable(observer):
-        raise ValueError(f"SolverIPC: option observer must be callable, got {observer!r}")
-
-def _check_terms(terms) -> list:
-    """The extra terms as a list, each with the methods of the term contract (the protocol, not the class: a term may
-    come from anywhere)."""
-    extra = list(terms)
-    for i, t in enumerate(extra):
-        missing = [m for m in ("add_energy", "prepare", "restrict", "num_blocks", "accumulate")
-                   if not callable(getattr(t, m, None))]
-        if missing:
-            raise ValueError(
-                f"SolverIPC: terms[{i}] must be an EnergyTerm ({type(t).__name__} has no {', '.join(missing)})")
-    return extra
 
 # %% ../nbs/10_solver.ipynb #1f9345a7
 class SolverIPC(newton.solvers.SolverBase):

@@ -235,12 +235,72 @@ def time_labels(camera, times, start: int):
     ]
 
 
-# %% ../nbs/00a_viewer.ipynb #14f7f4d2
+# %% ../nbs/00a_viewer.ipynb #13f8ed79
+def _trajectory_objects(frames, faces, color, spheres, radii, obstacles, bodies, keep, start):
+    """The scene objects of a trajectory view, each showing kept frame `start`: the film (morph targets for the kept
+    frames), obstacles, rigid-body movers and spheres; with the points the camera must frame."""
+    T, K = frames.shape[0], len(keep)
+    # The base positions are the shown frame too: three.js draws x_base + Σ w_k (x_k − x_base), so the film shows frame
+    # `start` on load whether or not the browser has applied the saved weights yet, like the spheres.
+    film = mesh_objects(frames[keep[start]], faces, color, morph=frames[keep], name="film")
+    for m in film: m.morphTargetInfluences = [1.0 if j == start else 0.0 for j in range(K)]
+    children, pts = list(film), [frames.reshape(-1, 3)]
+    for ov, of in obstacles:
+        children += mesh_objects(ov, of, "#bbbbbb", opacity=0.35, wireframe=False)
+        pts.append(np.asarray(ov))
+    movers = [_body_mover(b, bv, bf, _check_poses(poses, T, b), keep[start])
+              for b, (bv, bf, poses) in enumerate(bodies)]
+    pts += [posed_points(bv, poses[k]) for (bv, _, _), (_, poses) in zip(bodies, movers) for k in keep]
+    balls = [sphere_object(spheres[keep[start], s], r, name=f"sphere{s}")
+             for s, r in enumerate(radii if spheres is not None else [])]
+    pts += [spheres.reshape(-1, 3) + r for r in (radii.max(), -radii.max())] if balls else []
+    return film, children, pts, movers, balls
+
+def _motion_tracks(film, balls, movers, spheres, keep, kt) -> list:
+    "The clip's tracks that move the picture: film morph weights, sphere positions, body positions and rotations."
+    kt32 = kt.astype(np.float32)
+    tracks = [p3.NumberKeyframeTrack(name=f"{m.name}.morphTargetInfluences[{k}]", times=t.astype(np.float32),
+                                     values=w.astype(np.float32))
+              for m in film for k, (t, w) in enumerate(morph_weight_tracks(kt))]
+    tracks += [p3.VectorKeyframeTrack(name=f"{b.name}.position", times=kt32,
+                                      values=spheres[keep, s].astype(np.float32).ravel()) for s, b in enumerate(balls)]
+    for mover, poses in movers:
+        tracks += [p3.VectorKeyframeTrack(name=f"{mover.name}.position", times=kt32,
+                                          values=poses[keep, :3].astype(np.float32).ravel()),
+                   p3.QuaternionKeyframeTrack(name=f"{mover.name}.quaternion", times=kt32,
+                                              values=poses[keep, 3:].astype(np.float32).ravel())]
+    return tracks
+
+def _follow_tracks(kept_frames, kt, follow, aspect, start):
+    """The follow camera: per kept frame, the content's scale and placement that make the film's box over a window of
+    `follow` seconds fill the canvas; (place, scale, the start box's corners, the two tracks)."""
+    lo, hi = follow_boxes(kept_frames, kt, follow)
+    need = np.array([framing_distance(a, b, aspect) for a, b in zip(lo, hi)])
+    scale = need[start] / need
+    place = -scale[:, None] * 0.5 * (lo + hi)
+    kt32 = kt.astype(np.float32)
+    tracks = [p3.VectorKeyframeTrack(name="content.position", times=kt32, values=place.astype(np.float32).ravel()),
+              p3.VectorKeyframeTrack(name="content.scale", times=kt32, values=np.repeat(scale, 3).astype(np.float32))]
+    return place, scale, [lo[start], hi[start]], tracks
+
+def _frame_label(f: int, T: int, times) -> str:
+    return f"frame {f} of 0–{T - 1}, t = {times[f]:.3f} s"
+
+def _kernel_widgets(keep, start, times, speed):
+    "The controls that need a kernel: a frame slider, a play widget stepping the kept frames, and the frame's label."
+    T, K, kt = len(times), len(keep), times[keep]
+    slider = widgets.IntSlider(value=int(keep[start]), min=0, max=T - 1, description="frame",
+                               layout=widgets.Layout(width="40%"))
+    step = (kt[-1] - kt[0]) / max(K - 1, 1) / speed
+    play = widgets.Play(value=start, min=0, max=K - 1, interval=max(int(1000 * step), 1), description="play (kernel)")
+    return slider, play, widgets.HTML(_frame_label(int(keep[start]), T, times))
+
+
+# %% ../nbs/00a_viewer.ipynb #8a2cfc67
 def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: float = 1.0, spheres=None, radii=None,
                     obstacles=(), bodies=(), follow: float | None = 0.2, max_frames: int = 60, frame: int = -1,
                     color="#9ecae1", width=640, height=480):
-    """A widget that plays a film trajectory `frames` (T, N, 3), with sphere centres `spheres` (T, S, 3), in the
-    browser.
+    """A widget that plays a film trajectory `frames` (T, N, 3) and sphere centres `spheres` (T, S, 3) in the browser.
 
     `times` are the frames' simulated times in seconds (default: frame k at k / `fps`); the clip plays them at `speed`
     times real time. The camera follows the film: each kept frame is framed by the film's box over a window of `follow`
@@ -251,65 +311,23 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
     times = _check_playback(np.arange(T) / float(fps) if times is None else times, T, speed, follow)
     keep = kept_frames(T, int(max_frames))
     K, kt = len(keep), times[keep]
-    kt32 = kt.astype(np.float32)
     nearest = lambda f: int(np.argmin(abs(keep - int(f) % T)))  # the kept frame closest to trajectory frame f
     start = nearest(frame)
-    # The base positions are the shown frame too: three.js draws x_base + Σ w_k (x_k − x_base), so the film shows frame
-    # `start` on load whether or not the browser has applied the saved weights yet, like the spheres.
-    film = mesh_objects(frames[keep[start]], faces, color, morph=frames[keep], name="film")
+    film, children, pts, movers, balls = _trajectory_objects(frames, faces, color, spheres, radii, obstacles, bodies,
+                                                             keep, start)
     onehot = lambda k: [1.0 if j == k else 0.0 for j in range(K)]
-    for m in film: m.morphTargetInfluences = onehot(start)
-    children, pts = list(film), [frames.reshape(-1, 3)]
-    for ov, of in obstacles:
-        children += mesh_objects(ov, of, "#bbbbbb", opacity=0.35, wireframe=False)
-        pts.append(np.asarray(ov))
-    movers = [
-        _body_mover(b, bv, bf, _check_poses(poses, T, b), keep[start]) for b, (bv, bf, poses) in enumerate(bodies)
-    ]
-    pts += [posed_points(bv, poses[k]) for (bv, _, _), (_, poses) in zip(bodies, movers) for k in keep]
-    balls = [
-        sphere_object(spheres[keep[start], s], r, name=f"sphere{s}")
-        for s, r in enumerate(radii if spheres is not None else [])
-    ]
-    pts += [spheres.reshape(-1, 3) + r for r in (radii.max(), -radii.max())] if balls else []
-    tracks = [
-        p3.NumberKeyframeTrack(name=f"{m.name}.morphTargetInfluences[{k}]", times=t.astype(np.float32),
-                               values=w.astype(np.float32)) for m in film
-        for k, (t, w) in enumerate(morph_weight_tracks(kt))
-    ]
-    tracks += [
-        p3.VectorKeyframeTrack(name=f"{b.name}.position", times=kt32,
-                               values=spheres[keep, s].astype(np.float32).ravel()) for s, b in enumerate(balls)
-    ]
-    for mover, poses in movers:
-        tracks += [
-            p3.VectorKeyframeTrack(name=f"{mover.name}.position", times=kt32,
-                                   values=poses[keep, :3].astype(np.float32).ravel()),
-            p3.QuaternionKeyframeTrack(name=f"{mover.name}.quaternion", times=kt32,
-                                       values=poses[keep, 3:].astype(np.float32).ravel())
-        ]
+    tracks = _motion_tracks(film, balls, movers, spheres, keep, kt)
     if follow is not None:  # the content is scaled and moved so that the film's box at each frame fills the canvas
-        lo, hi = follow_boxes(frames[keep], kt, follow)
-        need = np.array([framing_distance(a, b, width / height) for a, b in zip(lo, hi)])
-        scale, pts = need[start] / need, [lo[start], hi[start]]
-        place = -scale[:, None] * 0.5 * (lo + hi)
-        tracks += [
-            p3.VectorKeyframeTrack(name="content.position", times=kt32, values=place.astype(np.float32).ravel()),
-            p3.VectorKeyframeTrack(name="content.scale", times=kt32, values=np.repeat(scale, 3).astype(np.float32))
-        ]
+        place, scale, pts, follow_tracks = _follow_tracks(frames[keep], kt, follow, width / height, start)
+        tracks += follow_tracks
     renderer = framed_renderer(children + balls + [m for m, _ in movers], pts, width, height)
     labels, label_tracks = time_labels(renderer.camera, kt, start)
-    renderer.camera.children = (*renderer.camera.children, *labels)
-    tracks += label_tracks
+    renderer.camera.children, tracks = (*renderer.camera.children, *labels), tracks + label_tracks
     uid = uuid.uuid4().hex[:12]  # names the clip after the box, so a page's script can tell which clip a box plays
     clip = p3.AnimationClip(name=f"trajectory {uid}", tracks=tracks, duration=float(kt[-1]))
     action = p3.AnimationAction(p3.AnimationMixer(renderer.scene), clip, renderer.scene, paused=True, timeScale=speed,
                                 _dom_classes=("trajectory-play",))
-    slider = widgets.IntSlider(value=int(keep[start]), min=0, max=T - 1, description="frame",
-                               layout=widgets.Layout(width="40%"))
-    step = (kt[-1] - kt[0]) / max(K - 1, 1) / speed
-    play = widgets.Play(value=start, min=0, max=K - 1, interval=max(int(1000 * step), 1), description="play (kernel)")
-    at = widgets.HTML(_frame_label(int(keep[start]), T, times))
+    slider, play, at = _kernel_widgets(keep, start, times, speed)
     span = widgets.HTML(f"{kt[0]:.2f}–{kt[-1]:.2f} s simulated ({K} of {T} frames), played at {speed:g}× real time")
 
     def show(k):
@@ -338,9 +356,6 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
     box.renderer, box.action, box.slider, box.play, box.kept, box.shown = renderer, action, slider, play, keep, start
     box.labels = labels
     return box
-
-def _frame_label(f: int, T: int, times) -> str:
-    return f"frame {f} of 0–{T - 1}, t = {times[f]:.3f} s"
 
 
 # %% ../nbs/00a_viewer.ipynb #ed06077d

@@ -116,3 +116,15 @@ def test_every_name_lives_in_one_module(name):
 def test_no_moved_names_are_listed():
     from newtonipc_nb import barrier
     assert "bag_film_model" not in dir(barrier)
+
+
+def test_export_cells_fit_in_view():
+    "No export cell of a notebook is over 60 lines: one definition or a few small ones, which a reader holds in view."
+    import json
+    big = []
+    for nb in sorted((ROOT / "nbs").glob("*.ipynb")):
+        for c in json.loads(nb.read_text())["cells"]:
+            src = "".join(c["source"])
+            if c["cell_type"] == "code" and src.startswith("#| export") and len(src.splitlines()) > 60:
+                big.append(f"{nb.name} cell {c.get('id')}: {len(src.splitlines())} lines")
+    assert not big, "export cells over 60 lines (split them at a concept, with prose between):\n" + "\n".join(big)

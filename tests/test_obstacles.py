@@ -6,7 +6,8 @@ import warp as wp
 import newton
 from newtonipc_nb.inputs import BAG_FILM, ModelError, add_mesh, grid_faces, set_hinge_stiffness
 from newtonipc_nb.scenes.incline import equilibrium_gap
-from newtonipc_nb.solver import SolverError, SolverIPC
+from newtonipc_nb.solver import SolverIPC
+from newtonipc_nb.solver_interface import SolverError
 
 DT = 1 / 240
 

@@ -9,7 +9,8 @@ import warp as wp
 import newton
 from newtonipc_nb.intersections import count_intersections
 
-from newtonipc_nb.solver import SolverError, SolverIPC
+from newtonipc_nb.solver import SolverIPC
+from newtonipc_nb.solver_interface import SolverError
 from newtonipc_nb.scenes.reference import hinge_scene, sheet_on_sphere
 
 

@@ -93,7 +93,7 @@ def parameter_table() -> pd.DataFrame:
     return pd.DataFrame([(k, w, d, u, what) for k, (w, d, u, what) in PARAMETERS.items()],
                         columns=["key", "goes to", "scene value", "unit", "what"])
 
-# %% ../../nbs/28_sweeps.ipynb #cd98906d
+# %% ../../nbs/28_sweeps.ipynb #8bb7f850
 class SweepError(BadInput):
     "A sweep file that cannot be used: the message names the file and the key; `newtonipc-sweep` prints it and exits 2."
 
@@ -137,6 +137,7 @@ def _check_resume(run: dict):
         raise ValueError(f"until must be later than the frame resumed from ({data['time'][k]:.4f} s), got "
                          f"{run['until']!r}")
 
+# %% ../../nbs/28_sweeps.ipynb #f94656e7
 def settings(params: dict) -> RunSettings:
     """The checked `RunSettings` of one run whose sweep keys are `params` (the bag scene's values for the others);
     `ValueError` naming a bad key."""
@@ -175,7 +176,7 @@ def settings(params: dict) -> RunSettings:
         except TypeError as err: raise ValueError(str(err)) from None
     return RunSettings(run, ch, Film(**{k: float(v) for k, v in f.items()}), solver)
 
-# %% ../../nbs/28_sweeps.ipynb #93df6cc9
+# %% ../../nbs/28_sweeps.ipynb #a2462121
 @dataclass(frozen=True)
 class Task:
     "One run of a sweep: its id (file names in the sweep's folder), its variant, and the keys it sets."
@@ -212,18 +213,32 @@ def _table(doc: dict, name: str, where: str) -> dict:
     if not isinstance(t, dict): raise SweepError(f"{where}{name}: must be a table ([{name}])")
     return t
 
+# %% ../../nbs/28_sweeps.ipynb #fa45720f
+def _load_toml(path: Path) -> dict:
+    "The TOML document in `path`, or a `SweepError` that says why it cannot be read."
+    try: return tomllib.loads(path.read_text())
+    except FileNotFoundError: raise SweepError(f"{path}: no such file") from None
+    except IsADirectoryError: raise SweepError(f"{path}: is a directory, not a sweep file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SweepError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    except tomllib.TOMLDecodeError as e: raise SweepError(f"{path}: not valid TOML ({e})") from None
+
+def _known_keys(table: dict, at: str, where: str):
+    "A `SweepError` for the first key of `table` that is no run parameter, with the nearest one as a hint."
+    for k in table:
+        if k not in PARAMETERS:
+            near = difflib.get_close_matches(k, PARAMETERS, n=1, cutoff=0.75)
+            hint = f" (did you mean {near[0]!r}?)" if near else "; the keys are listed by newtonipc-sweep --keys"
+            raise SweepError(f"{at}{where}{k}: unknown key{hint}")
+
+# %% ../../nbs/28_sweeps.ipynb #a420cf4f
 def read_sweep(path) -> Sweep:
     """Read and check a sweep file (TOML): `name`, `[base]` (keys shared by every run), `[grid]` (key = list of values:
     every combination) and `[[variants]]` (each a `name` and keys; every variant is crossed with the grid). `SweepError`
     naming the file and the key — before anything runs — if a key is unknown or a value (or a combination of them) would
     not run."""
     path = Path(path)
-    try: doc = tomllib.loads(path.read_text())
-    except FileNotFoundError: raise SweepError(f"{path}: no such file") from None
-    except IsADirectoryError: raise SweepError(f"{path}: is a directory, not a sweep file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SweepError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
-    except tomllib.TOMLDecodeError as e: raise SweepError(f"{path}: not valid TOML ({e})") from None
+    doc = _load_toml(path)
     at = f"{path}: "
     extra = [k for k in doc if k not in ("name", "base", "grid", "variants")]
     if extra: raise SweepError(f"{at}{extra[0]}: unknown top-level key (a sweep file has name, [base], [grid] and "
@@ -234,14 +249,8 @@ def read_sweep(path) -> Sweep:
     variants = doc.get("variants", [])
     if not isinstance(variants, list) or not all(isinstance(v, dict) for v in variants):
         raise SweepError(f"{at}variants: must be an array of tables ([[variants]])")
-    def known(table: dict, where: str):
-        for k in table:
-            if k not in PARAMETERS:
-                near = difflib.get_close_matches(k, PARAMETERS, n=1, cutoff=0.75)
-                raise SweepError(f"{at}{where}{k}: unknown key" + (f" (did you mean {near[0]!r}?)" if near else
-                                 "; the keys are listed by newtonipc-sweep --keys"))
-    known(base, "[base] ")
-    known(grid, "[grid] ")
+    _known_keys(base, at, "[base] ")
+    _known_keys(grid, at, "[grid] ")
     for k, v in grid.items():
         if not isinstance(v, list) or not v: raise SweepError(f"{at}[grid] {k}: must be a non-empty list of "
                                                               f"values, got {v!r}")
@@ -252,7 +261,7 @@ def read_sweep(path) -> Sweep:
                                                                f"non-empty string)")
         if vn in names: raise SweepError(f"{at}[[variants]] {vn!r}: two variants have this name")
         names.append(vn)
-        known({k: x for k, x in v.items() if k != "name"}, f"[[variants]] {vn!r} ")
+        _known_keys({k: x for k, x in v.items() if k != "name"}, at, f"[[variants]] {vn!r} ")
     tasks, seen = [], {}
     for v in variants or [{"name": ""}]:
         vp = {k: x for k, x in v.items() if k != "name"}
@@ -329,7 +338,7 @@ def sweep_table(sweep: Sweep, folder) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     return df.reindex(columns=list(dict.fromkeys([*df.columns, *SUMMARY, "spheres"])))
 
-# %% ../../nbs/28_sweeps.ipynb #45125bb0
+# %% ../../nbs/28_sweeps.ipynb #c8d92767
 def write_tables(table: pd.DataFrame, folder) -> tuple[Path, Path]:
     """Write `table` as `folder/sweep.parquet` and `folder/sweep.csv`, each atomically (a temporary file renamed over
     it)."""
@@ -359,6 +368,7 @@ def pending(sweep: Sweep, folder, retry_failed: bool = False) -> list:
         t for t in sweep.tasks if (r := read_row(folder, t)) is None or (retry_failed and r.get("status") != "done")
     ]
 
+# %% ../../nbs/28_sweeps.ipynb #3d692277
 def run_sweep(sweep: Sweep, folder, *, scheduler: str | None = None, workers: int | None = None,
               retry_failed: bool = False, progress: bool = True, say=print) -> pd.DataFrame:
     """Run the tasks of `sweep` that `folder` lacks on Dask — an embedded `LocalCluster` of `workers` single-threaded
@@ -413,7 +423,7 @@ def run_sweep(sweep: Sweep, folder, *, scheduler: str | None = None, workers: in
         write_tables(table, folder)
     return table
 
-# %% ../../nbs/28_sweeps.ipynb #b8787252
+# %% ../../nbs/28_sweeps.ipynb #0ecfa760
 EXIT_CODES = {0: "every run finished; the table is printed and written to DIR/sweep.parquet and DIR/sweep.csv",
               1: "some runs failed (their rows hold the error; rerun them with --retry-failed), or the sweep itself "
                  "failed (the cluster could not start or was lost): one line, finished rows kept "
@@ -463,6 +473,7 @@ def _folder(args, sweep: Sweep) -> Path:
     check_writable((out if out.is_dir() else out.parent) / "sweep.csv", "--out")
     return out
 
+# %% ../../nbs/28_sweeps.ipynb #def81747
 def main(argv=None) -> int:
     "Entry point of `newtonipc-sweep`; returns the exit code (`EXIT_CODES`)."
     args = parse_args(argv)

@@ -25,7 +25,8 @@ from ..inputs import dihedral_angle
 from ..linear import solve_linear
 from ..scenes.bag_scene import bag_mesh
 from ..scenes.reference import hinge_scene
-from ..solver import SolverError, SolverIPC
+from ..solver import SolverIPC
+from ..solver_interface import SolverError
 from .distance_refs import film_obstacle_distance
 from .vbd import compare_vbd, save_side_by_side
 from ..ccd import step_bound
@@ -427,7 +428,7 @@ def run_validation(full: bool = False, *, bag_out=None) -> list[Verdict]:
         checks += _guard("bag full run", lambda: check_bag_full(bag_out))
     return checks
 
-# %% ../../nbs/35_validation.ipynb #cfb7778b
+# %% ../../nbs/35_validation.ipynb #c63e36af
 def parse_args(argv=None) -> argparse.Namespace:
     epilog = ("exit codes:\n    0  every check passed (skipped checks are not failures)\n    1  a check failed, or "
               "the report could not be written\n"
@@ -461,6 +462,7 @@ def _check_outputs(args):
         check_writable(args.vbd_out, "--vbd-out")
         if args.vbd_ipc is not None: read_trajectory(args.vbd_ipc, args.vbd_resolution, "--vbd-resolution")
 
+# %% ../../nbs/35_validation.ipynb #4f285d0d
 def main(argv=None) -> int:
     """Entry point of `newtonipc-validate`: 0 when every check passes (skipped checks are not failures), 1 otherwise, 2
     when an output cannot be written (one line, before any check)."""
