@@ -392,7 +392,7 @@ class BarrierTerm(EnergyTerm):
     """The IPC log barrier Σ B(g) over the candidates of `contacts`: `dhat` in m, `kappa` = k in N/m. `hessian`: the
     contact blocks, "projected" (each contact's whole Hessian, projected to PSD), "gauss-newton" (B″∇g∇gᵀ) or
     "exact"."""
-    def __init__(self, contacts, *, dhat: float = 1e-3, kappa: float = 1000.0, hessian: str = "projected"):
+    def __init__(self, contacts, *, dhat: float = 1e-3, kappa: float = 1000.0, hessian: str = "gauss-newton"):
         if not (dhat > 0 and kappa > 0): raise ValueError(f"BarrierTerm needs dhat > 0 and kappa > 0; got "
                                                           f"dhat={dhat}, kappa={kappa}")
         if hessian not in HESSIAN_MODES:

@@ -76,8 +76,9 @@ class SolverIPC(newton.solvers.SolverBase):
     callable that receives an `IterationInfo` after every Newton iteration; `terms` [()] extra `EnergyTerm`s
     added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape holds film–film pairs inside
     `dhat` (a sheet that would lock) is refused with an error naming a `dhat` that works (see
-    `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["projected"]
-    the barrier's Hessian blocks: each contact's whole Hessian projected to PSD, or "gauss-newton" (see `BarrierTerm`).
+    `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["gauss-newton"]
+    the barrier's Hessian blocks, B″∇g∇gᵀ per contact, or "projected": each contact's whole Hessian projected to PSD
+    (see `BarrierTerm`).
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -86,7 +87,7 @@ class SolverIPC(newton.solvers.SolverBase):
                  kappa: float = 1000.0, friction: float = 0.35, max_iterations: int = 150, tolerance: float = 1.2e-5,
                  line_search_trials: int = 48, max_subdivisions: int = 7, step_bound: str = "accd",
                  linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None,
-                 terms=(), rest_contacts: str = "refuse", barrier_hessian: str = "projected"):
+                 terms=(), rest_contacts: str = "refuse", barrier_hessian: str = "gauss-newton"):
         super().__init__(model)
         _check_options(membrane=membrane, step_bound=step_bound, rest_contacts=rest_contacts,
                        barrier_hessian=barrier_hessian, dhat=dhat, kappa=kappa, tolerance=tolerance, min_gap=min_gap,
