@@ -77,8 +77,7 @@ class SolverIPC(newton.solvers.SolverBase):
     added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape holds film–film pairs inside
     `dhat` (a sheet that would lock) is refused with an error naming a `dhat` that works (see
     `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["gauss-newton"]
-    the barrier's Hessian blocks, B″∇g∇gᵀ per contact, or "projected": each contact's whole Hessian projected to PSD
-    (see `BarrierTerm`).
+    (B″∇g∇gᵀ per contact) or "projected" (each contact's whole Hessian projected to PSD; see `BarrierTerm`).
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
