@@ -7,14 +7,36 @@ __all__ = ['bag', 'sweep', 'validate']
 
 # %% ../../nbs/27a_launch.ipynb #130854bd
 import importlib
+import signal
 import sys
+import threading
+
+def _load(target: str):
+    """Import `target` ("module:function") and return the function. A Ctrl-C during the import may surface as another
+    exception (NumPy turns one inside its C initialisation into an ImportError), so the SIGINT is recorded and any
+    failure after it is the interrupt."""
+    interrupted = []
+
+    def on_ctrl_c(signum, frame):
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_ctrl_c) if main_thread else None
+    try:
+        module, name = target.split(":")
+        return getattr(importlib.import_module(module), name)
+    except Exception:
+        if interrupted: raise KeyboardInterrupt from None
+        raise
+    finally:
+        if main_thread: signal.signal(signal.SIGINT, previous)
 
 def _launch(prog: str, target: str, argv=None) -> int:
     "Import `target` (\"module:function\") and return its exit code; a Ctrl-C it does not handle itself: one line, 130."
     started = False
     try:
-        module, name = target.split(":")
-        main = getattr(importlib.import_module(module), name)
+        main = _load(target)
         started = True
         return main(argv)
     except KeyboardInterrupt:
