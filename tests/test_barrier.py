@@ -349,6 +349,18 @@ def _hessian_cases():
         yield f"ee {name}", np.concatenate([A, B]) + 1e-6 * rng.standard_normal((4, 3)), KIND_EE
 
 
+def _fd_hessian(X, args, h=1e-9):
+    "Central differences of the exact barrier gradient of the candidates `args` at positions X: the Hessian's columns."
+    G = _local_hessian(X, *args, "exact")[0]
+    fd = np.zeros((G.size, G.size))
+    for i in range(G.size):
+        Xp, Xm = X.copy(), X.copy()
+        Xp.flat[i] += h
+        Xm.flat[i] -= h
+        fd[:, i] = (_local_hessian(Xp, *args, "exact")[0] - _local_hessian(Xm, *args, "exact")[0]) / (2 * h)
+    return fd
+
+
 @pytest.mark.parametrize("case", list(_hessian_cases()), ids=lambda c: c[0])
 def test_barrier_local_hessian_and_projection(case):
     "The exact local Hessian against central differences of the gradient; the projected one is its PSD part."
@@ -356,13 +368,7 @@ def test_barrier_local_hessian_and_projection(case):
     args = ([[0, 1, 2, 3]], [kind], [3e-5])
     G, H, g = _local_hessian(X, *args, "exact")
     assert 0 < g[0] < 1e-3
-    h = 1e-9
-    fd = np.zeros_like(H)
-    for i in range(G.size):
-        Xp, Xm = X.copy(), X.copy()
-        Xp.flat[i] += h
-        Xm.flat[i] -= h
-        fd[:, i] = (_local_hessian(Xp, *args, "exact")[0] - _local_hessian(Xm, *args, "exact")[0]) / (2 * h)
+    fd = _fd_hessian(X, args)
     np.testing.assert_allclose(H, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
     w, V = np.linalg.eigh(H)
     assert w.min() < -1e-3 * w.max()                      # the distance curvature makes it indefinite here
@@ -377,13 +383,7 @@ def test_barrier_projected_hessian_on_the_test_scene():
     X, cset = barrier_test_scene(0)
     args = cset.numpy()
     G, H, _ = _local_hessian(X, *args, "exact")
-    h = 1e-9
-    fd = np.zeros_like(H)
-    for i in range(G.size):
-        Xp, Xm = X.copy(), X.copy()
-        Xp.flat[i] += h
-        Xm.flat[i] -= h
-        fd[:, i] = (_local_hessian(Xp, *args, "exact")[0] - _local_hessian(Xm, *args, "exact")[0]) / (2 * h)
+    fd = _fd_hessian(X, args)
     np.testing.assert_allclose(H, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
     _, Hp, _ = _local_hessian(X, *args, "projected")
     assert np.linalg.eigvalsh(Hp).min() > -1e-12 * np.abs(Hp).max()
