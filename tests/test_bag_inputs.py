@@ -55,6 +55,7 @@ def nothing_computed(monkeypatch):
     (dict(resume=5), "resume: a path to a saved run or a dict of its arrays, got int", None),
     (dict(device="tpu"), "device tpu: not a device of this machine", None),
     (dict(kapa=1.0), "kapa: neither an argument of run_bag nor an option of SolverIPC", None),
+    (dict(hinge_rule="plate"), "hinge_rule: 'plate' is not a hinge rule; give one of calibrated, reference", None),
 ])
 def test_run_bag_refuses_bad_arguments_before_building_anything(kwargs, says, cli_args, nothing_computed, tmp_path):
     with pytest.raises(BadInput) as e:
@@ -63,6 +64,12 @@ def test_run_bag_refuses_bad_arguments_before_building_anything(kwargs, says, cl
     if cli_args:        # the command says the same after its option's name
         r = in_process(BAG, *cli_args, "--out", tmp_path / "x.npz")
         one_line(r, 2, says.split(": ", 1)[1])
+
+
+def test_cli_refuses_an_unknown_hinge_rule(nothing_computed, tmp_path):
+    r = in_process(BAG, "--hinge-rule", "plate", "--out", tmp_path / "x.npz")
+    one_line(r, 2, "argument --hinge-rule: invalid choice: 'plate' (choose from 'calibrated', 'reference')")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_run_bag_checks_a_resume_dict_and_until_first(nothing_computed, tmp_path):

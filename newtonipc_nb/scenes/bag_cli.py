@@ -18,6 +18,7 @@ from pathlib import Path
 
 import warp as wp
 
+from ..inputs import HINGE_RULES
 from .bag_scene import DT, check_resolution
 from .bag_run import (BadInput, Terminated, TrajectoryWriteError, check_device, check_writable,
                                          checked_number, load_trajectory, output_lock, read_trajectory, resume_frame,
@@ -94,6 +95,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--resolution", type=resolution_type, default=1, metavar="K",
                    help="bag mesh resolution: K× the rings and K× the columns, K in 1, 2, 4 (481, 1,761, 6,977 "
                         "vertices; default 1)")
+    p.add_argument("--hinge-rule", choices=sorted(HINGE_RULES), default="reference",
+                   help="how the film's bending stiffness D becomes hinge stiffness: reference (the reference "
+                        "implementation's rule, the default) or calibrated (plate bending, a sixth of it)")
     p.add_argument("--every", type=number_type(int, 1, False, "a whole number"), default=1, metavar="N",
                    help="store every N-th step, N ≥ 1 (default 1; only runs stored with 1 can be resumed)")
     p.add_argument("--resume", default=None, metavar="PATH.npz", help="continue a saved run (stored with --every "
@@ -197,6 +201,7 @@ def _say_interrupted(args, out: Path, saved: list, say):
     if args.every == 1 and n > 1:
         cont = (f"newtonipc-bag --resume {shlex.quote(str(out))} --out {shlex.quote(str(out))} --until {args.until:g}"
                 + (f" --resolution {args.resolution}" if args.resolution != 1 else "")
+                + (f" --hinge-rule {args.hinge_rule}" if args.hinge_rule != "reference" else "")
                 + (f" --device {args.device}" if args.device else ""))
         say(f"{stopped}: {n} frames saved in {out}; continue with: {cont}")
     else:
@@ -214,7 +219,7 @@ def _report(args, out: Path, table: Path, device: str, say) -> int:
         m = measure(data, device=device)
         print(m.to_string(index=False), flush=True)
         write_text_atomic(table, json.dumps({"stopped": str(data["stopped"]), "frames": int(len(data["time"])),
-                                             "resolution": args.resolution,
+                                             "resolution": args.resolution, "hinge_rule": args.hinge_rule,
                                              "measurements": m.to_dict(orient="records")}, indent=2))
     except Exception as e:
         say(str(e) if isinstance(e, TrajectoryWriteError) else f"measuring {out} failed: {type(e).__name__}: {e}")
@@ -237,7 +242,7 @@ def _run(args, out: Path, say) -> int:
     code, error = 0, None
     try:
         run_bag(args.until, every=args.every, device=device, out=out, resume=args.resume, resume_at=args.resume_at,
-                save_every=args.save_every, on_save=on_save, resolution=args.resolution)
+                save_every=args.save_every, on_save=on_save, resolution=args.resolution, hinge_rule=args.hinge_rule)
     except KeyboardInterrupt: code = 130
     except Terminated: code = 143
     except Exception as e: code, error = 1, e

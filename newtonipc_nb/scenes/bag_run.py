@@ -27,7 +27,7 @@ import warp as wp
 from ..solver import SolverIPC
 
 from .bag_scene import DT, BagScene, check_resolution, film_resolution
-from ..inputs import Film
+from ..inputs import HINGE_RULES, Film
 from .choreography import Choreographer, Choreography, Controls, group_particles
 from .bag_scene import SPHERE_RADII, bag_mesh
 
@@ -437,7 +437,7 @@ def _check_run_args(until, every, device, out, progress, timeline, resume_at, sa
 
 def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progress: bool = True, timeline=None,
             resume=None, resume_at: float | None = None, save_every: float = 5.0, on_save=None, resolution: int = 1,
-            choreography=None, film=None, **solver_options) -> Trajectory:
+            choreography=None, film=None, hinge_rule: str = "reference", **solver_options) -> Trajectory:
     """Run the bag scene, its mesh at `resolution`, to `until` seconds, from t = 0 or from a saved run (`resume`: path
     or dict, at `resume_at`, default its last frame); returns the `Trajectory`. Every argument (and the whole `resume`
     file) is checked before anything is built: `BadInput` with the words `newtonipc-bag` uses. With `out`, the run holds
@@ -445,7 +445,8 @@ def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progr
     seconds of wall time and when the run stops for any reason (`on_save(traj, out)` is called after each write); a
     write that fails stops the run at once with `TrajectoryWriteError` (the file keeps the last good write).
     `choreography` (a `Choreography`, default today's) sets the tie and neck handling, `film` (a `Film`, default
-    `BAG_FILM`) the bag's material."""
+    `BAG_FILM`) the bag's material, `hinge_rule` how its bending stiffness becomes hinge stiffness ("reference", the
+    reference implementation's; "calibrated", plate bending)."""
     device = _check_run_args(until, every, device, out, progress, timeline, resume_at, save_every, on_save, resolution)
     unknown = sorted(set(solver_options) - set(inspect.signature(SolverIPC).parameters) - {"model"})
     if unknown: raise BadInput(f"{unknown[0]}: neither an argument of run_bag nor an option of SolverIPC (see "
@@ -454,6 +455,8 @@ def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progr
         raise BadInput(f"choreography: a Choreography or None, got {type(choreography).__name__}")
     if film is not None and not isinstance(film, Film):
         raise BadInput(f"film: a Film or None, got {type(film).__name__}")
+    if hinge_rule not in HINGE_RULES:
+        raise BadInput(f"hinge_rule: {hinge_rule!r} is not a hinge rule; give one of {', '.join(sorted(HINGE_RULES))}")
     data = None
     if resume is not None and not isinstance(resume, (str, os.PathLike, dict)):
         raise BadInput(f"resume: a path to a saved run or a dict of its arrays, got {type(resume).__name__}")
@@ -466,7 +469,7 @@ def run_bag(until: float = 10.5, *, every: int = 1, device=None, out=None, progr
                            f"compute; give a later until")
     with output_lock(out, "out") if out is not None else suppress():
         return _run_bag(until, every, device, out, progress, timeline, resume, data, resume_at, save_every, on_save,
-                        resolution, choreography, film, solver_options)
+                        resolution, choreography, film, hinge_rule, solver_options)
 
 # %% ../../nbs/25_bag_run.ipynb #10701400
 def _start(scene, ch, resume, data, resume_at) -> tuple[Trajectory, int]:
@@ -485,9 +488,9 @@ def _start(scene, ch, resume, data, resume_at) -> tuple[Trajectory, int]:
 
 # %% ../../nbs/25_bag_run.ipynb #85cb9c18
 def _run_bag(until, every, device, out, progress, timeline, resume, data, resume_at, save_every, on_save, resolution,
-             choreography, film, solver_options):
+             choreography, film, hinge_rule, solver_options):
     from tqdm.auto import tqdm
-    scene = BagScene.build(device, resolution, film=film, **solver_options)
+    scene = BagScene.build(device, resolution, film=film, hinge_rule=hinge_rule, **solver_options)
     ch = Choreographer(timeline, resolution=scene.resolution, choreography=choreography)
     traj, k0 = _start(scene, ch, resume, data, resume_at)
     n_steps = int(round(until / DT))

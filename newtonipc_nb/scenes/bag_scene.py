@@ -233,11 +233,13 @@ class BagScene:
     resolution: int = 1
 
     @classmethod
-    def build(cls, device=None, resolution: int = 1, film: Film | None = None, **solver_options) -> "BagScene":
-        """The scene with the bag mesh at `resolution` (1, 2 or 4) of `film` (default `BAG_FILM`) on `device`;
-        `solver_options` override `SCENE_OPTIONS`."""
+    def build(cls, device=None, resolution: int = 1, film: Film | None = None, hinge_rule: str = "reference",
+              **solver_options) -> "BagScene":
+        """The scene with the bag mesh at `resolution` (1, 2 or 4) of `film` (default `BAG_FILM`), its hinges by
+        `hinge_rule`, on `device`; `solver_options` override `SCENE_OPTIONS`."""
         device, resolution = str(wp.get_device(device)), check_resolution(resolution)
-        builder, index = bag_scene_builder(BAG_FILM if film is None else film, resolution=resolution)
+        builder, index = bag_scene_builder(BAG_FILM if film is None else film, resolution=resolution,
+                                           hinge_rule=hinge_rule)
         model = builder.finalize(device=device)
         solver = SolverIPC(model, **{**SCENE_OPTIONS, **solver_options})
         return cls(model, solver, index, model.state(), model.state(), device, resolution)
