@@ -3,8 +3,10 @@
 Each example runs through `newtonipc_nb.verification.newton_examples.run_example` (the example module imported
 unmodified from the installed newton, its solver swapped for SolverIPC on the IPC side), IPC first and then VBD,
 in this one process on one device. Wall time is the sum of the examples' `step()` calls (construction, graph
-capture, recording and measurements excluded). Each run is measured on every stored frame: intersecting triangle
-pairs (`count_intersections`) and the smallest signed distance from the particles to each collision shape.
+capture, recording and measurements excluded); `cpu_s` is the process CPU time of the run (construction and
+measurement included), the figure to compare when other jobs share the cores. Each run is measured on every stored
+frame: intersecting triangle pairs (`count_intersections`) and the smallest signed distance from the particles to each
+collision shape.
 
 Writes the summaries to --out (JSON; reruns merge into it, keyed by example and solver), a preview of both runs
 per example to --previews (the page `nbs/38_newton_examples_page.ipynb` shows them) and, with --npz DIR, every full
@@ -57,14 +59,16 @@ def main():
     for name in a.examples:
         runs = {}
         for solver in a.solvers:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             limit = budget.get(f"{name}:{solver}", budget.get(name))
             deadline = time.time() + limit if limit is not None else None
             run = run_example(name, solver=solver, frames=frames.get(name), device=a.device, ipc_options=options,
                               progress=True, deadline=deadline)
             measures = measure_run(run, device=a.device)
             s = run_summary(run, measures)
+            # CPU seconds of this process (all its threads): unlike wall time, not inflated by other jobs
             s.update(date=time.strftime("%Y-%m-%d %H:%M"), total_s=time.perf_counter() - t0,
+                     cpu_s=time.process_time() - c0,
                      acceptance=ipc_acceptance(s) if solver == "ipc" else None)
             runs[solver] = (run, measures)
             done["runs"] = [r for r in done["runs"] if (r["example"], r["solver"]) != (name, solver)] + [s]
