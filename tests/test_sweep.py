@@ -205,27 +205,34 @@ def test_rerun_after_ctrl_c_runs_only_missing_tasks(tmp_path, hand, capsys):
     assert (pd.read_parquet(folder / "sweep.parquet")["status"] == "done").all()
 
 
-@pytest.mark.slow       # hangs after the kill on a loaded machine (run_sweep's as_completed never returns): issue 23
 def test_worker_killed_mid_sweep(grid, hand):
-    "Runs last of the cluster tests: it leaves the hand-started cluster one worker short."
+    """Runs last of the cluster tests: it leaves the hand-started cluster one worker short. The worker is killed through
+    a second client of this process, made after the sweep's own (so it is the default client) and closed while the
+    sweep still runs: the sweep must wait on its own client, or it never sees the rest of its tasks finish."""
     from dask.distributed import Client
     tmp, sweep, local = grid
-    result = {}
+    result, killers = {}, []
+
+    def say(message):
+        if message.startswith("Dask:"): killers.append(Client(hand.address))     # between the client and the submits
+
     t = threading.Thread(target=lambda: result.update(table=run_sweep(sweep, tmp / "killed", scheduler=hand.address,
-                                                                      progress=False, say=lambda m: None)),
+                                                                      progress=False, say=say)),
                          daemon=True)       # if the sweep never ends, the failed test must not hang pytest's exit
     t.start()
+    deadline = time.time() + 300
+    while not killers and time.time() < deadline and t.is_alive(): time.sleep(0.02)
+    assert killers, "the sweep never joined the cluster"
     killed = None
-    with Client(hand.address) as c:
+    with killers[0] as c:
         pids = c.run(os.getpid)
-        deadline = time.time() + 300
         while killed is None and time.time() < deadline and t.is_alive():
             busy = [w for w, tasks in c.call_stack().items() if tasks]        # executing a run, not only assigned one
             if busy:
                 killed = pids[busy[0]]
                 os.kill(killed, signal.SIGKILL)
             time.sleep(0.02)
-    t.join(timeout=600)
+    t.join(timeout=300)
     assert killed is not None and not t.is_alive()
     table = result["table"]
     assert (table["status"] == "done").all()

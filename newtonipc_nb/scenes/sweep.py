@@ -395,13 +395,14 @@ def run_sweep(sweep: Sweep, folder, *, scheduler: str | None = None, workers: in
                 client = Client(cluster)
             n = len(client.scheduler_info(n_workers=-1)["workers"])
             board = _dashboard(client) or "not available (it needs bokeh)"
-            say(f"Dask: {n} workers at {client.scheduler.address}; dashboard: {board}"
-                )
+            say(f"Dask: {n} workers at {client.scheduler.address}; dashboard: {board}")
             tag = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:6]
             futures = {client.submit(run_task, t, str(folder), key=f"bag-{t.id}-{tag}", pure=False): t for t in todo}
             failed = 0
             with tqdm(total=len(todo), unit="run", desc=sweep.name, disable=not progress) as bar:
-                for fut in as_completed(futures):
+                # this client's loop: as_completed defaults to the process's newest client, whose closing would
+                # leave it waiting forever
+                for fut in as_completed(futures, loop=client.loop):
                     t = futures[fut]
                     # never ran to the end: its workers kept dying, or it could not start there
                     if fut.status == "error":
