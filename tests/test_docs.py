@@ -1,6 +1,6 @@
-"""The docs site: the Quarto/nbdev settings `nbdev_docs` needs, the deploy workflow, the offline preview
-(.ci/docs_preview.py) and its checks (.ci/docs_check.py): each failure mode the checks catch is shown on a small made-up
-site, page or scene, and (flag `browser`) the whole preview is built and opened page by page in headless Chromium.
+"""The docs site: the Quarto/nbdev settings `nbdev_docs` needs, the deploy workflow, the offline preview and its checks
+(.ci/docs_preview.py, with .ci/docs_check.js in the page): each failure mode the checks catch is shown on a small
+made-up site, page or scene, and (flag `browser`) the whole preview is built and opened page by page in Chromium.
 
 The browser tests need Debian's `chromium` and `chromium-driver` (`apt-get install -y chromium chromium-driver`):
     NEWTONIPC_TEST_FLAGS=browser .venv/bin/python -m pytest tests/test_docs.py
@@ -25,7 +25,7 @@ def _load(name):
     return mod
 
 
-docs_preview, docs_check = _load("docs_preview"), _load("docs_check")
+docs_preview = _load("docs_preview")
 CFG = ConfigParser(delimiters=["="])
 CFG.read(ROOT / "settings.ini")
 CFG = CFG["DEFAULT"]
@@ -52,14 +52,13 @@ def test_deploy_workflow_executes_then_publishes():
     steps = [s for job in wf["jobs"].values() for s in job["steps"]]
     text = json.dumps(steps)
     publish = "actions/deploy-pages" if "actions/deploy-pages" in text else "peaceiris/actions-gh-pages"
-    keys = ("quarto-dev/quarto-actions/setup", "docs_preview.py --execute-in-place", "nbdev_docs", publish)
+    keys = ("quarto-dev/quarto-actions/setup", "docs_preview.py --execute_in_place", "nbdev_docs", publish)
     order = [text.find(k) for k in keys]
     assert all(i >= 0 for i in order) and order == sorted(order), order
 
 
 def test_every_notebook_gets_a_page():
-    nbs = docs_preview.notebooks()
-    names = [docs_preview.page_name(p) for p in nbs]
+    names = list(docs_preview.notebooks().values())
     assert names[0] == "index.html" and len(set(names)) == len(names)
     assert "viewer.html" in names and "contributing.html" in names and all(not n[0].isdigit() for n in names)
     assert names[-1] == "contributing.html", "the contributing page comes last in the sidebar"
@@ -83,7 +82,7 @@ def fake_notebooks(tmp_path, monkeypatch, books: dict):
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# {name}\n\n> a made-up page")] +
                                       [nbformat.v4.new_code_cell(c) for c in cells])
         nbformat.write(nb, src / f"{name}.ipynb")
-    monkeypatch.setattr(docs_preview, "notebooks", lambda: sorted(src.glob("*.ipynb")))
+    monkeypatch.setattr(docs_preview, "notebooks", lambda: {p: f"{p.stem}.html" for p in sorted(src.glob("*.ipynb"))})
     return tmp_path / "site"
 
 
@@ -110,7 +109,10 @@ def test_failed_page_keeps_the_last_good_page_and_exits_1(tmp_path, monkeypatch)
     for name in ("raises", "slowcell"):  # built before the notebooks changed
         (out / f"{name}.html").write_text(f"last good {name}")
         os.utime(out / f"{name}.html", (0, 0))
-    assert docs_preview.main(["--out", str(out), "--timeout", "5"]) == 1
+    monkeypatch.setattr(docs_preview, "OUT", out)
+    with pytest.raises(SystemExit) as exit_status:
+        docs_preview.main(timeout=5)
+    assert exit_status.value.code == 1
     report = json.loads((out / "build.json").read_text())
     assert set(report["failed"]) == {"raises.html", "slowcell.html"}
     assert "ValueError: on purpose" in report["failed"]["raises.html"]
@@ -118,7 +120,7 @@ def test_failed_page_keeps_the_last_good_page_and_exits_1(tmp_path, monkeypatch)
     assert (out / "raises.html").read_text() == "last good raises"
     assert "on purpose" in (out / "_failed" / "raises.html").read_text()
     assert "fine" in (out / "good.html").read_text() and oct((out / "good.html").stat().st_mode & 0o777) == "0o644"
-    problems = docs_check.check_site(out)
+    problems = docs_preview.check_site(out)
     assert [p.split(":")[0] for p in problems] == ["raises.html", "slowcell.html"], problems
 
 
@@ -181,7 +183,7 @@ def test_check_site_finds_each_defect(tmp_path, defect, expect):
         pages["index.html"] = pages["index.html"].replace("invalid start", cut)
     site = fake_site(tmp_path, pages, failed)
     if defect == "not world-readable": (site / "api.html").chmod(0o600)
-    problems = docs_check.check_site(site)
+    problems = docs_preview.check_site(site)
     if expect is None: assert problems == []
     elif defect == "missing page":  # and the three links to it
         assert problems[0] == expect and len(problems) == 4, problems
@@ -201,8 +203,8 @@ def test_canvas_coverage_tells_blank_from_drawn():
     blank = np.full((10, 10, 3), 247)
     drawn = blank.copy()
     drawn[4, 2:8] = (30, 90, 200)
-    assert docs_check.canvas_coverage(png(blank)) == (0, 1)
-    cover, colours = docs_check.canvas_coverage(png(drawn))
+    assert docs_preview.canvas_coverage(png(blank)) == (0, 1)
+    cover, colours = docs_preview.canvas_coverage(png(drawn))
     assert abs(cover - 0.06) < 1e-12 and colours == 2
 
 
@@ -212,7 +214,7 @@ S3 = np.array([[0, 0, 0], [1, 0, 0], [2, 0, 0.]])
 
 
 def scene(base, w, wire, ball, label="0.00–1.00 s simulated\nt = 1.0 s", readouts=(), body=None):
-    "A view as docs_check.js reads it: three kept frames, a sphere and a body (at frame `body`, else as the film)."
+    "A view as docs_preview.js reads it: three kept frames, a sphere and a body (at frame `body`, else as the film)."
     tracks = {"sphere0.position": S3.ravel().tolist(), "body0.position": (S3 + [0, 5, 0]).ravel().tolist()}
     at = np.asarray(w, float) @ S3 if sum(w) else S3[base]
     return dict(targets=T3.reshape(3, -1).tolist(), base=T3[base].ravel().tolist(), tracks=tracks, times=[0, .5, 1],
@@ -222,7 +224,7 @@ def scene(base, w, wire, ball, label="0.00–1.00 s simulated\nt = 1.0 s", reado
 
 def test_scene_frame_tells_mixed_frames():
     "Failure mode: mixed trajectory frames (the film, its wireframe, the spheres and the bodies at different frames)."
-    f = docs_check.scene_frame
+    f = docs_preview.scene_frame
     assert f(scene(2, [0, 0, 1], [0, 0, 1], [2, 0, 0])).tolist() == [0, 0, 1]
     assert f(scene(2, [0, 0, 0], [0, 0, 0], [2, 0, 0])).tolist() == [0, 0, 1]  # weights not applied: base = frame 2
     assert f(scene(0, [0, .25, .75], [0, .25, .75], [1.75, 0, 0])).tolist() == [0, .25, .75]  # mid-play
@@ -237,13 +239,22 @@ def test_clock_problem_tells_a_label_or_slider_off_the_picture():
     "Failure mode: a label or slider that disagrees with the drawn frame (the bag page's 't = 10.5 s' while playing),"
     " or a view without a time label."
     w = np.array([0, .5, .5])                                                      # the picture at t = 0.75 s
-    c = docs_check.clock_problem
+    c = docs_preview.clock_problem
     assert c(scene(0, w, w, [1.5, 0, 0], label="frame 9 of 0–20, t = 0.75 s"), w) is None
     assert c(scene(0, w, w, [1.5, 0, 0], label="t = 0.5 s"), w) is None          # the label of a frame it blends
     assert c(scene(0, w, w, [1.5, 0, 0], label="", readouts=["0.8"]), w) is None
     assert c(scene(0, w, w, [1.5, 0, 0], label="t = 0.2 s"), w) == "it says t = 0.2 s and shows t = 0.750 s"
     assert c(scene(0, w, w, [1.5, 0, 0], readouts=["0.1"]), w) == "it says t = 0.1 s and shows t = 0.750 s"
     assert c(scene(0, w, w, [1.5, 0, 0], label="0.00–1.00 s simulated"), w) == "no time label"
+
+
+def projection(fill, pts):
+    "A model-view-projection (three.js's column-major `elements`) that shows the box of `pts` as `fill` of the canvas."
+    lo, hi = pts.min(0), pts.max(0)
+    m = np.eye(4)
+    m[[0, 1], [0, 1]] = scale = 2 * np.sqrt(fill) / (hi - lo)[:2]
+    m[:2, 3] = -scale * (lo + hi)[:2] / 2
+    return m.T.ravel().tolist()
 
 
 class FakeView:
@@ -253,7 +264,7 @@ class FakeView:
 
     def __call__(self, expr, *args):
         if expr.startswith("!!rec"): return True
-        if expr.startswith("fills"): return self.fills
+        if expr.startswith("projections"): return [projection(f, T3[k]) for k, f in enumerate(self.fills)]
         if expr.endswith(".click()"): self.clicks += 1
         if expr.startswith("scene"):
             w = np.eye(3)[self.frames[self.clicks]]
@@ -271,9 +282,9 @@ class FakeView:
 ])
 def test_check_view_follows_the_clip_through_its_buttons(tmp_path, monkeypatch, frames, fills, expect):
     "Failure modes: a view that shows another frame after stop than on load, a play button that does nothing after"
-    " stop, and a film that covers less than 15 % of the canvas at a kept frame (what fills() measures in the page)."
-    monkeypatch.setattr(docs_check.time, "sleep", lambda seconds: None)  # nothing plays: no waiting for the clip
-    problems = docs_check.check_view(FakeView(frames, fills), "v.html", 0, tmp_path)
+    " stop, and a film that covers less than 15 % of the canvas at a kept frame (its projected box, from the page)."
+    monkeypatch.setattr(docs_preview.time, "sleep", lambda seconds: None)  # nothing plays: no waiting for the clip
+    problems = docs_preview.check_view(FakeView(frames, fills), "v.html", 0, tmp_path)
     assert problems == ([] if expect is None else [problems[0]]) and (expect is None or problems[0].startswith(expect))
 
 
@@ -323,7 +334,7 @@ def serve_and_check(out: Path, pages) -> list:
     "Serve `out` on a free local port and open `pages` in Chromium; the problems found."
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(out)))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try: return docs_check.check_pages(f"http://127.0.0.1:{srv.server_address[1]}/", pages, out / "_check")
+    try: return docs_preview.check_pages(f"http://127.0.0.1:{srv.server_address[1]}/", pages, out / "_check")
     finally: srv.shutdown()
 
 
@@ -349,7 +360,7 @@ def test_preview_pages_in_headless_chromium():
     "Build the preview (the changed pages; stored results only) and check every page, by its files and in Chromium."
     assert shutil.which("chromium") and shutil.which("chromedriver"), "apt-get install -y chromium chromium-driver"
     report = docs_preview.build()
-    problems = docs_check.check_site(docs_preview.OUT, report)
+    problems = docs_preview.check_site(docs_preview.OUT, report)
     problems += serve_and_check(docs_preview.OUT, [p for p in report["pages"] if (docs_preview.OUT / p).exists()])
     assert not problems, "\n".join(problems)
     assert list((docs_preview.OUT / "_check").glob("bag_scenario.html.view*.playing.png"))
