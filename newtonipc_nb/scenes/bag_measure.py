@@ -122,19 +122,21 @@ def measurement_row(traj, *, at: float | None = None, device=None) -> dict:
     in mm: neck and flap at the frame nearest `at` (default the last), intersections over every stored frame, the rest
     at the end."""
     traj = _as_dict(traj)
-    film, sph = traj["film"].astype(np.float64), traj["spheres"].astype(np.float64)
+    film, sph = np.asarray(traj["film"]), traj["spheres"].astype(np.float64)
     faces, t = traj["faces"], traj["time"]
     k = len(t) - 1 if at is None else int(np.argmin(np.abs(t - at)))
-    hits = np.array([count_intersections(f, faces, device=device) for f in film])
+    # FP64 one frame at a time: all frames at once would triple the stored frames' memory at the end of a long run
+    hits = np.array([count_intersections(f.astype(np.float64), faces, device=device) for f in film])
     last = t >= t[-1] - 1.0
-    nx, ny = neck_width(film[k])
-    inside = inside_bag(sph[-1], film[-1], faces)
+    at_k, end = film[k].astype(np.float64), film[-1].astype(np.float64)
+    nx, ny = neck_width(at_k)
+    inside = inside_bag(sph[-1], end, faces)
     row = dict(resolution=trajectory_resolution(traj), vertices=int(film.shape[1]), t=float(t[k]),
-               neck_x_mm=1e3 * nx, neck_y_mm=1e3 * ny, flap_height_mm=1e3 * flap_height(film[k]),
+               neck_x_mm=1e3 * nx, neck_y_mm=1e3 * ny, flap_height_mm=1e3 * flap_height(at_k),
                intersecting_frames=int((hits > 0).sum()), frames=len(hits),
                z_range_mm=1e3 * float(np.ptp(sph[last][:, :, 2], axis=0).max()),
-               min_sphere_gap_mm=1e3 * float(sphere_film_gaps(sph[-1], film[-1], faces, device=device).min()),
-               min_film_gap_mm=1e3 * film_gaps(film[-1], faces, device=device),
+               min_sphere_gap_mm=1e3 * float(sphere_film_gaps(sph[-1], end, faces, device=device).min()),
+               min_film_gap_mm=1e3 * film_gaps(end, faces, device=device),
                spheres_inside=int(inside.sum()), spheres=len(inside))
     if "step_min_gap" in traj and len(traj["step_min_gap"]):
         row["min_contact_gap_mm"] = 1e3 * float(np.min(traj["step_min_gap"]))

@@ -16,6 +16,7 @@ import signal
 import tempfile
 import threading
 import time
+import zipfile
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from .bag_scene import SPHERE_RADII, bag_mesh
 
 # %% auto #0
 __all__ = ['ACTIONS', 'BadInput', 'checked_number', 'check_writable', 'check_device', 'TrajectoryWriteError', 'Terminated',
-           'output_lock', 'temporary_name', 'Trajectory', 'load_trajectory', 'trajectory_resolution',
+           'output_lock', 'write_npz', 'temporary_name', 'Trajectory', 'load_trajectory', 'trajectory_resolution',
            'check_trajectory', 'read_trajectory', 'resume_frame', 'resume_run', 'thin_trajectory', 'apply_controls',
            'check_timeline', 'run_bag']
 
@@ -169,6 +170,27 @@ def output_lock(path, what: str = "--out"):
         os.close(fd)
 
 
+# %% ../../nbs/25_bag_run.ipynb #ca1f85c6
+def write_npz(path, arrays: dict, frames: dict | None = None):
+    """Write an uncompressed .npz that `np.load` reads like `np.savez(path, **arrays, **stacked)`, where each entry of
+    `frames` is a list of equally shaped arrays stored as their FP32 stack. The stack is written frame by frame and never
+    built: a long run's frames would otherwise be held twice in memory at every save."""
+    fmt = np.lib.format
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, rows in (frames or {}).items():
+            shape = np.shape(rows[0]) if len(rows) else ()
+            bad = next((i for i, r in enumerate(rows) if np.shape(r) != shape), None)
+            if bad is not None: raise ValueError(f"{name}: frame {bad} has shape {np.shape(rows[bad])}, not {shape}")
+            header = dict(descr=fmt.dtype_to_descr(np.dtype(np.float32)), fortran_order=False,
+                          shape=(len(rows), *shape) if len(rows) else (0,))
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+                fmt.write_array_header_2_0(f, header)
+                for r in rows: f.write(np.ascontiguousarray(r, np.float32).tobytes())
+        for name, a in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+                fmt.write_array(f, np.asanyarray(a), allow_pickle=False)
+
+
 # %% ../../nbs/25_bag_run.ipynb #e666ebe0
 def temporary_name(path: Path, suffix: str) -> Path:
     "A name beside `path` that no other writer uses: this process's id and a random tag."
@@ -213,10 +235,10 @@ class Trajectory:
             with _signals_held():
                 # uncompressed: positions barely compress (13 vs 15 MB for the full run) and compression takes 20×
                 # longer
-                np.savez(tmp, film=np.asarray(self.film, np.float32), spheres=np.asarray(self.spheres, np.float32),
-                         faces=self.faces, time=np.asarray(self.time), stopped=np.asarray(self.stopped),
-                         wall_time=np.asarray(self.wall_time), resumed=np.asarray(self.resumed),
-                         resolution=np.asarray(self.resolution), **steps)
+                write_npz(tmp, dict(faces=self.faces, time=np.asarray(self.time), stopped=np.asarray(self.stopped),
+                                    wall_time=np.asarray(self.wall_time), resumed=np.asarray(self.resumed),
+                                    resolution=np.asarray(self.resolution), **steps),
+                          frames=dict(film=self.film, spheres=self.spheres))
                 os.replace(tmp, path)
         except BaseException as e:
             with suppress(OSError): tmp.unlink(missing_ok=True)
