@@ -8,7 +8,12 @@ seconds and reads the simulated time from the progress bar; the peak is the chil
 second half of the run (MB per simulated second): memory that follows the mesh is flat there, memory that follows the
 run is not. Run with one MKL/OpenMP thread so that runs are comparable on a shared machine.
 
-Usage: python benchmarks/bag_memory.py [--resolution 1 2] [--until 0.5] [--sample 0.5]
+With `--frames N` it measures only what the end of a long run adds, without running it: a trajectory of N stored
+frames of the rest bag (a full 10.5 s run stores 2,521) is saved as `Trajectory.save` does every few seconds, then
+loaded and measured as `newtonipc-bag` does when the run ends; each in a fresh process, reporting the peak RSS above
+the process's RSS before it (`--frames` 0 measures nothing beyond the imports).
+
+Usage: python benchmarks/bag_memory.py [--resolution 1 2] [--until 0.5] [--sample 0.5] [--frames N]
        [--out benchmarks/results/bag_memory.json]
 """
 import argparse
@@ -79,13 +84,59 @@ def summary(r: dict) -> dict:
                 growth_mb_per_simulated_s=round(slope, 2), cpu_s=r["cpu_s"])
 
 
+def _peak_kb() -> int:
+    "This process's resident high-water mark (VmHWM) in kB."
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+
+
+def frames_child(resolution: int, frames: int, what: str):
+    "In a fresh process: the peak RSS (MB) that saving (`save`) or loading and measuring (`measure`) N frames adds."
+    import warp as wp
+    from newtonipc_nb.scenes.bag_measure import measure
+    from newtonipc_nb.scenes.bag_run import Trajectory, load_trajectory
+    from newtonipc_nb.scenes.bag_scene import BagScene, bag_mesh
+    wp.config.quiet = True
+    scene = BagScene.build("cpu", resolution)
+    x = scene.positions()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bag.npz"
+        traj = Trajectory(faces=bag_mesh(resolution)[1], resolution=resolution)
+        for k in range(frames): traj.record(k / 240, x, scene.film, scene.spheres)
+        traj.steps = [dict(t=k / 240, newton_iterations=1, min_gap=1e-3) for k in range(max(frames - 1, 0))]
+        if what == "measure":
+            traj.save(path)
+            del traj
+        base = _peak_kb()
+        traj.save(path) if what == "save" else measure(load_trajectory(path), device="cpu")
+        print(json.dumps(dict(resolution=resolution, frames=frames, what=what,
+                              added_peak_mb=round((_peak_kb() - base) / 1024, 1), base_peak_mb=round(base / 1024, 1))))
+
+
+def frames_run(resolution: int, frames: int, what: str) -> dict:
+    env = dict(os.environ, MKL_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, __file__, "--child", what, "--resolution", str(resolution), "--frames",
+                          str(frames)], env=env, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--resolution", type=int, nargs="+", default=[1, 2])
     p.add_argument("--until", type=float, default=0.5, help="simulated seconds per run (default 0.5)")
     p.add_argument("--sample", type=float, default=0.5, help="seconds between RSS samples (default 0.5)")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "bag_memory.json"))
+    p.add_argument("--frames", type=int, default=None, help="measure saving and measuring N stored frames instead")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.child: return frames_child(a.resolution[0], a.frames, a.child)
+    if a.frames is not None:
+        rows = [frames_run(k, a.frames, w) for k in a.resolution for w in ("save", "measure")]
+        for r in rows:
+            print(f"resolution {r['resolution']}, {r['frames']} frames, {r['what']:>7}: +{r['added_peak_mb']} MB peak "
+                  f"above {r['base_peak_mb']} MB")
+        Path(a.out).write_text(json.dumps(dict(rows=rows), indent=1) + "\n")
+        return
     runs = [run(k, a.until, a.sample) for k in a.resolution]
     rows = [summary(r) for r in runs]
     print(f"{'res':>3} {'until s':>7} {'peak MB':>8} {'first step MB':>13} {'last step MB':>12} "

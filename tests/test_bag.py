@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ import newtonipc_nb.scenes.bag_cli as bag_cli_module
 from newtonipc_nb.intersections import count_intersections
 from newtonipc_nb.scenes.bag_cli import main
 from newtonipc_nb.scenes.bag_measure import measure, neck_width
-from newtonipc_nb.scenes.bag_run import load_trajectory, run_bag
+from newtonipc_nb.scenes.bag_run import Trajectory, load_trajectory, run_bag
 from newtonipc_nb.scenes.bag_scene import BIN_HEIGHT, BIN_RADIUS, DT, HEM_RING, bag_mesh, ring_vertices
 
 from cli_helpers import BAG, cli, fake_run, in_process, one_line, sigint_default
@@ -371,3 +372,32 @@ def test_cli_refuses_to_resume_a_run_of_another_resolution(tmp_path):
              "this run is at resolution 4", "give --resolution 1")
     assert read_trajectory(two, 2)["film"].shape == (5, 1761, 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.npz", "two.npz"]
+
+
+def _traced_peak(fn) -> int:
+    "The largest Python-traced memory (bytes, numpy arrays included) that `fn()` holds at once beyond what was held."
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        fn()
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def test_saving_and_measuring_a_long_run_hold_no_copy_of_its_frames(tmp_path):
+    "Memory that follows the run: a save writes the frames one by one, the measurement converts one frame at a time."
+    film, faces = bag_mesh(1)
+    x = np.concatenate([film, [[0.0, 0.0, 0.05 + 0.01 * i] for i in range(7)]])       # the film, then 7 "spheres"
+    traj = Trajectory(faces=faces)
+    rng = np.random.default_rng(0)
+    for k in range(300):
+        traj.record(k * DT, x + 1e-7 * rng.standard_normal(x.shape), np.arange(len(film)), np.arange(len(film), len(x)))
+    traj.steps = [dict(t=(k + 1) * DT, newton_iterations=1, min_gap=1e-3) for k in range(299)]
+    stored = sum(f.nbytes for f in traj.film)                   # 300 frames of 481 vertices: 1.7 MB
+    path = tmp_path / "run.npz"
+    assert _traced_peak(lambda: traj.save(path)) < 0.1 * stored
+    d = load_trajectory(path)
+    assert np.array_equal(d["film"], np.asarray(traj.film)) and d["film"].dtype == np.float32
+    assert np.array_equal(d["spheres"], np.asarray(traj.spheres))
+    assert _traced_peak(lambda: measure(d)) < 0.5 * stored       # all frames in FP64 at once: 2 × stored

@@ -170,11 +170,11 @@ def output_lock(path, what: str = "--out"):
         os.close(fd)
 
 
-# %% ../../nbs/25_bag_run.ipynb #ca1f85c6
+# %% ../../nbs/25_bag_run.ipynb #6e686511
 def write_npz(path, arrays: dict, frames: dict | None = None):
     """Write an uncompressed .npz that `np.load` reads like `np.savez(path, **arrays, **stacked)`, where each entry of
-    `frames` is a list of equally shaped arrays stored as their FP32 stack. The stack is written frame by frame and never
-    built: a long run's frames would otherwise be held twice in memory at every save."""
+    `frames` is a list of equally shaped arrays stored as their FP32 stack. The stack is written frame by frame and
+    never built: a long run's frames would otherwise be held twice in memory at every save."""
     fmt = np.lib.format
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, rows in (frames or {}).items():
