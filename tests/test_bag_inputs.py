@@ -234,10 +234,10 @@ def test_run_bag_refuses_an_out_locked_by_another_process(nothing_computed, tmp_
 # ------------------------------------------------------------------
 def test_full_disk_at_the_first_write_stops_after_one_step(tmp_path, monkeypatch, capsys):
     writes = []
-    def full(f, **arrays):
+    def full(f, arrays, frames=None):
         writes.append(f)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
-    monkeypatch.setattr(np, "savez", full)
+    monkeypatch.setattr(bag_run, "write_npz", full)
     out = tmp_path / "run.npz"
     assert main(["--until", "0.1", "--out", str(out), "--device", "cpu"]) == 1       # the default --save-every, 5 s
     # no progress bar
