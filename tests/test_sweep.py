@@ -117,7 +117,9 @@ def test_bad_files_one_line_exit_2(tmp_path, capsys):
                            "[[variants]] 'x' kappa must be a finite number > 0"),
            "table.toml": ("[gird]\nE = [1e8]\n", "gird: unknown top-level key"),
            "toml.toml": ("[grid\n", "not valid TOML"),
-           "binary.toml": (b"\xff\xfe\x00", "cannot read it")}
+           "binary.toml": (b"\xff\xfe\x00", "cannot read it"),
+           "hinge.toml": ("[base]\nhinge_rule = 'plate'\n",
+                          "[base] hinge_rule must be one of calibrated, reference, got 'plate'")}
     for name, (text, expected) in bad.items():
         p = tmp_path / name
         p.write_bytes(text) if isinstance(text, bytes) else p.write_text(text)
@@ -156,6 +158,24 @@ def test_the_command_starts_through_the_launcher(tmp_path, monkeypatch, capsys):
     assert launch.sweep([str(tmp_path / "s.toml")]) == 130
     assert capsys.readouterr().err == ("newtonipc-sweep: interrupted while starting (Ctrl-C); "
                                        "nothing was computed or written\n")
+
+
+def test_hinge_rule_reaches_run_bag(tmp_path, monkeypatch):
+    "A sweep's `hinge_rule` is the rule `run_bag` builds the scene with (`newtonipc-bag --hinge-rule`'s values)."
+    import newtonipc_nb.scenes.sweep as sweep_module
+    (tmp_path / "h.toml").write_text('[base]\nuntil = 0.0125\n[grid]\nhinge_rule = ["calibrated", "reference"]\n')
+    sweep = read_sweep(tmp_path / "h.toml")
+    real, rules = sweep_module.run_bag, []
+
+    def recording(*args, **kwargs):
+        rules.append(kwargs.get("hinge_rule"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "run_bag", recording)
+    rows = [run_task(t, tmp_path) for t in sweep.tasks]
+    assert rules == ["calibrated", "reference"]
+    assert [(r["hinge_rule"], r["status"], r["frames"]) for r in rows] == [("calibrated", "done", 4),
+                                                                          ("reference", "done", 4)]
 
 
 def test_failed_run_is_a_row_and_reruns_only_with_retry(tmp_path):

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..inputs import BAG_FILM, Film
+from ..inputs import BAG_FILM, HINGE_RULES, Film
 from ..solver import SolverIPC
 from .bag_scene import DT, RESOLUTIONS, SCENE_OPTIONS, BagScene, check_resolution
 from .choreography import Choreography
@@ -50,6 +50,8 @@ RUN_KEYS = dict(until=(SCENE_END, "s", "simulated time to stop at (the scene end
                 every=(1, "", "store every N-th step (intersections are counted on the stored frames)"),
                 resolution=(1, "", "bag mesh resolution k: 15k rings × 32k columns"),
                 device=("cpu", "", "Warp device of the run: cpu or cuda"),
+                hinge_rule=("reference", "", "how the film's bending stiffness becomes hinge stiffness: reference (the "
+                                             "reference implementation's rule) or calibrated (plate bending)"),
                 resume=("", "", "a saved run (.npz stored with every = 1, path relative to the sweep file) to "
                                 "continue"),
                 resume_at=(None, "s", "with resume: the saved run's frame to continue from (default its last)"))
@@ -161,6 +163,8 @@ def settings(params: dict) -> RunSettings:
     except ValueError: raise ValueError(f"resolution must be one of {', '.join(map(str, RESOLUTIONS))}, got "
                                         f"{run['resolution']!r}") from None
     if run["device"] not in ("cpu", "cuda"): raise ValueError(f"device must be 'cpu' or 'cuda', got {run['device']!r}")
+    if not isinstance(run["hinge_rule"], str) or run["hinge_rule"] not in HINGE_RULES:
+        raise ValueError(f"hinge_rule must be one of {', '.join(sorted(HINGE_RULES))}, got {run['hinge_rule']!r}")
     _check_resume(run)
     f = {k: v[0] for k, v in FILM_KEYS.items()} | by["film"]
     rules = dict(E=(lambda v: v > 0, "> 0 (Pa)"), h=(lambda v: v > 0, "> 0 (m)"), rho=(lambda v: v > 0, "> 0 (kg/m³)"),
