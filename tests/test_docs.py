@@ -259,18 +259,20 @@ def projection(fill, pts):
 
 class FakeView:
     "What check_view asks of a page, scripted: the scene after each of load, play, pause, stop, play (`frames`), and"
-    " the frame its canvas shows then (`drawn`, default: the same)."
-    def __init__(self, frames, fills=(0.5, 0.5, 0.5), drawn=None):
+    " the frame its canvas shows then (`drawn`, default: the same); at step `lie` its time label (or with `slider`, the"
+    " slider's readout) says t = 9 s."
+    def __init__(self, frames, fills=(0.5, 0.5, 0.5), drawn=None, lie=None, slider=False):
         self.frames, self.fills, self.clicks = list(frames), list(fills), 0
-        self.drawn = list(frames if drawn is None else drawn)
+        self.drawn, self.lie, self.slider = list(frames if drawn is None else drawn), lie, slider
 
     def __call__(self, expr, *args):
         if expr.startswith("!!rec"): return True
         if expr.startswith("projections"): return [projection(f, T3[k]) for k, f in enumerate(self.fills)]
         if expr.endswith(".click()"): self.clicks += 1
         if expr.startswith("scene"):
-            w = np.eye(3)[self.frames[self.clicks]]
-            return scene(0, w, w, S3[self.frames[self.clicks]].tolist(), label=f"t = {w @ [0, .5, 1]} s")
+            w, said = np.eye(3)[self.frames[self.clicks]], [9.0] * (self.clicks == self.lie)
+            label = f"t = {w @ [0, .5, 1]} s" + "".join(f"\nt = {t} s" for t in said if not self.slider)
+            return scene(0, w, w, S3[self.frames[self.clicks]].tolist(), label=label, readouts=said * self.slider)
         return self
 
     @property
@@ -292,6 +294,18 @@ def test_check_view_follows_the_clip_through_its_buttons(tmp_path, monkeypatch, 
     monkeypatch.setattr(docs_preview.time, "sleep", lambda seconds: None)  # nothing plays: no waiting for the clip
     problems = docs_preview.check_view(FakeView(frames, fills, drawn), "v.html", 0, tmp_path)
     assert problems == ([] if expect is None else [problems[0]]) and (expect is None or problems[0].startswith(expect))
+
+
+@pytest.mark.parametrize("step, when", [(0, "load"), (1, "playing"), (2, "paused"), (3, "end")])
+@pytest.mark.parametrize("slider", [False, True])
+def test_check_view_finds_a_label_or_slider_off_the_picture(tmp_path, monkeypatch, step, when, slider):
+    "Failure mode: a time label, or a slider readout, that disagrees with the drawn frame on load, while playing,"
+    " paused or after stop."
+    monkeypatch.setattr(docs_preview.time, "sleep", lambda seconds: None)
+    frames = [2, 1, 1, 2, 0]
+    problems = docs_preview.check_view(FakeView(frames, lie=step, slider=slider), "v.html", 0, tmp_path)
+    shown = [0, .5, 1][frames[step]]
+    assert problems == [f"v.html: view 0 {when}: it says t = 9 s and shows t = {shown:.3f} s"], problems
 
 
 def test_trajectory_view_keeps_one_frame_for_every_object():
