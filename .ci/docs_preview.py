@@ -214,7 +214,7 @@ def check_page(d, url: str, shots: Path) -> list:
     name, js = url.rsplit("/", 1)[1], lambda expr, *a: d.execute_script(f"return {expr}", *a)
     errors = lambda: [f"{name}: console error: {e['message']}" for e in d.get_log("browser") if e["level"] == "SEVERE"]
     d.get(url)
-    for _ in range(120 if "widget-view+json" in d.page_source else 0):  # the widget manager renders, three.js draws
+    for _ in range(120 if js("document.querySelector('[type$=\"view+json\"]')") else 0):  # widgets render, three draws
         if js("canvases().length") and js("views().every((_, k) => rec(k))"): break
         time.sleep(0.5)
     time.sleep(2)
