@@ -6,7 +6,7 @@ import html, io, json, os, re, shutil, subprocess, sys, tarfile, time
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-import jinja2, nbconvert.filters.strings, nbformat, numpy as np, warp
+import jinja2, nbconvert.filters.strings, nbformat, numpy as np, PIL.Image, warp
 from bs4 import BeautifulSoup
 from execnb.nbio import dict2nb, nb2dict
 from fastcore.script import Param, call_parse, store_true
@@ -158,8 +158,7 @@ def check_site(out: Path, report=None) -> list:
 
 def canvas_coverage(png: bytes):
     "Share of the pixels that differ from the commonest colour (the background), and the number of colours."
-    from PIL import Image
-    counts = [n for n, _ in Image.open(io.BytesIO(png)).convert("RGB").getcolors(1 << 24)]
+    counts = [n for n, _ in PIL.Image.open(io.BytesIO(png)).convert("RGB").getcolors(1 << 24)]
     return 1 - max(counts) / sum(counts), len(counts)
 
 def scene_frame(sc: dict):
@@ -192,7 +191,8 @@ def check_view(js, name: str, k: int, shots: Path) -> list:
         if button is not None:
             js("views()[arguments[0]].querySelectorAll('.trajectory-play button')[arguments[1]].click()", k, button)
         time.sleep(1.5 if button == 0 else 0.5)
-        drawn.append(js("views()[arguments[0]].querySelector('canvas')", k).screenshot_as_png)
+        drawn.append(js("(views()[arguments[0]].scrollIntoView(), views()[arguments[0]].querySelector('canvas'))", k)
+                     .screenshot_as_png)  # scrolled alike each time: the page may not scroll the canvas to the top
         (shots / f"{name}.view{k}.{when}.png").write_bytes(drawn[-1])
         seen.append(w := scene_frame(sc := js("scene(arguments[0])", k)))
         if why := w if isinstance(w, str) else clock_problem(sc, w): problems.append(f"{name}: view {k} {when}: {why}")
