@@ -2,19 +2,16 @@
 notebook, nbdev's docs processors prepare it, nbconvert's HTMLExporter renders it into _docs_preview/. A notebook that
 raises fails its page: the last good page stays, the failed render goes to _failed/, build.json names it. `check_site`
 reads the built files, `check_pages` opens each page in headless Chromium."""
-import html, json, os, re, shutil, subprocess, sys, tarfile, time
-from io import BytesIO
+import html, io, json, os, re, shutil, subprocess, sys, tarfile, time
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-import jinja2, nbformat, numpy as np, warp
+import jinja2, nbconvert.filters.strings, nbformat, numpy as np, PIL.Image, warp
 from bs4 import BeautifulSoup
 from execnb.nbio import dict2nb, nb2dict
 from fastcore.script import Param, call_parse, store_true
 from jupyter_core.paths import jupyter_path
 from nbclient import NotebookClient
-from nbconvert import HTMLExporter
-from nbconvert.filters import strings
 from nbdev.config import get_config
 from nbdev.doclinks import _nbpath2html, nbglob
 from nbdev.process import extract_directives
@@ -77,7 +74,7 @@ def pandoc_id(text: str) -> str:
     "The id pandoc (so Quarto) gives a heading, which nbdev's doc links point at."
     return re.sub(r"^[^a-z]+", "", re.sub(r"\s+", "-", re.sub(r"[^\w\s.-]", "", text).strip().lower())) or "section"
 
-strings._convert_header_id = pandoc_id  # nbconvert's add_anchor names each heading with this function
+nbconvert.filters.strings._convert_header_id = pandoc_id  # nbconvert's add_anchor names each heading with this function
 warp.config.log_level = warp.LOG_WARNING  # quiet: show_doc runs the exported cells in this process
 
 def render(nb, path: Path, name: str, paths: dict, pages: list) -> str:
@@ -92,7 +89,7 @@ def render(nb, path: Path, name: str, paths: dict, pages: list) -> str:
         if not c.source or re.search(r"^#\|\s*echo:\s*false", c.source, flags=re.M):
             c.metadata.transient = {"remove_source": True}
     rel = "../" * name.count("/")
-    exp = HTMLExporter(extra_loaders=[jinja2.DictLoader({"p.j2": TEMPLATE})], template_file="p.j2",
+    exp = nbconvert.HTMLExporter(extra_loaders=[jinja2.DictLoader({"p.j2": TEMPLATE})], template_file="p.j2",
                        exclude_input_prompt=True, exclude_output_prompt=True, anchor_link_text="",
                        widget_renderer_url=f"{rel}{ASSET['html-manager']}/dist/embed-amd.js",
                        require_js_url=f"{rel}{ASSET['requirejs']}/require.js",
@@ -161,8 +158,7 @@ def check_site(out: Path, report=None) -> list:
 
 def canvas_coverage(png: bytes):
     "Share of the pixels that differ from the commonest colour (the background), and the number of colours."
-    from PIL import Image
-    counts = [n for n, _ in Image.open(BytesIO(png)).convert("RGB").getcolors(1 << 24)]
+    counts = [n for n, _ in PIL.Image.open(io.BytesIO(png)).convert("RGB").getcolors(1 << 24)]
     return 1 - max(counts) / sum(counts), len(counts)
 
 def scene_frame(sc: dict):
@@ -190,18 +186,20 @@ def clock_problem(sc: dict, w):
 def check_view(js, name: str, k: int, shots: Path) -> list:
     "A trajectory view's problems on load, playing, paused, after stop and playing again; a screenshot of each."
     if not js("!!rec(arguments[0])", k): return [f"{name}: view {k}: its clip never played"]
-    problems, seen = [], []
+    problems, seen, drawn = [], [], []
     for when, button in (("load", None), ("playing", 0), ("paused", 1), ("end", 2), ("replay", 0)):
         if button is not None:
             js("views()[arguments[0]].querySelectorAll('.trajectory-play button')[arguments[1]].click()", k, button)
-        time.sleep(1.5 if button == 0 else 0.2)
-        js("views()[arguments[0]]", k).screenshot(str(shots / f"{name}.view{k}.{when}.png"))
+        time.sleep(1.5 if button == 0 else 0.5)
+        drawn.append(js("(views()[arguments[0]].scrollIntoView(), views()[arguments[0]].querySelector('canvas'))", k)
+                     .screenshot_as_png)  # scrolled alike each time: the page may not scroll the canvas to the top
+        (shots / f"{name}.view{k}.{when}.png").write_bytes(drawn[-1])
         seen.append(w := scene_frame(sc := js("scene(arguments[0])", k)))
         if why := w if isinstance(w, str) else clock_problem(sc, w): problems.append(f"{name}: view {k} {when}: {why}")
-    if not problems and np.abs(seen[0] - seen[3]).max() > 1e-6:
-        problems.append(f"{name}: view {k}: after stop another frame than on load")
-    if not problems and np.abs(seen[3] - seen[4]).max() < 1e-6:
-        problems.append(f"{name}: view {k}: play does nothing after stop")
+    after = [] if problems else [(np.abs(seen[0] - seen[3]).max() > 1e-6, "after stop another frame than on load"),
+             (drawn[0] != drawn[3], "after stop the canvas is not redrawn (its picture is not the one on load)"),
+             (np.abs(seen[3] - seen[4]).max() < 1e-6, "play does nothing after stop")]  # the first of them
+    problems += [f"{name}: view {k}: {what}" for bad, what in after if bad][:1]
     # the film's projected box at each kept frame: its morph targets through three.js's (column-major) projections
     mvp = np.reshape(js("projections(arguments[0])", k), (-1, 4, 4))
     h = np.pad(np.reshape(sc["targets"], (len(mvp), -1, 3)), ((0, 0), (0, 0), (0, 1)), constant_values=1.0) @ mvp
@@ -216,7 +214,7 @@ def check_page(d, url: str, shots: Path) -> list:
     name, js = url.rsplit("/", 1)[1], lambda expr, *a: d.execute_script(f"return {expr}", *a)
     errors = lambda: [f"{name}: console error: {e['message']}" for e in d.get_log("browser") if e["level"] == "SEVERE"]
     d.get(url)
-    for _ in range(120 if "widget-view+json" in d.page_source else 0):  # the widget manager renders, three.js draws
+    for _ in range(120 if js("document.querySelector('[type$=\"view+json\"]')") else 0):  # widgets render, three draws
         if js("canvases().length") and js("views().every((_, k) => rec(k))"): break
         time.sleep(0.5)
     time.sleep(2)
@@ -233,7 +231,9 @@ def check_pages(base_url: str, pages: list, shots: Path) -> list:
     shots.mkdir(parents=True, exist_ok=True)
     o = webdriver.ChromeOptions()
     o.binary_location = shutil.which("chromium")
-    o.arguments.extend(["--headless", "--no-sandbox", "--enable-unsafe-swiftshader", "--window-size=1400,1000"])
+    flags = ("headless no-sandbox disable-gpu enable-unsafe-swiftshader window-size=1400,1000 disable-quic no-first-run"
+             " disable-background-networking disable-component-update disable-sync")  # no network but the registries
+    o.arguments.extend("--" + a for a in flags.split())
     o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     d = webdriver.Chrome(options=o, service=webdriver.ChromeService(shutil.which("chromedriver")))
     d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",

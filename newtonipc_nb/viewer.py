@@ -271,6 +271,14 @@ def _motion_tracks(film, balls, movers, spheres, keep, kt) -> list:
                                               values=poses[keep, 3:].astype(np.float32).ravel())]
     return tracks
 
+def _stop_redraw_track(scene, kt) -> p3.NumberKeyframeTrack:
+    """A track on the clip's root `scene` that makes the stop button redraw: it sets the root's `renderOrder` (no part
+    of the picture: only drawn objects are sorted by theirs) to the kept frame's index, away from the -1 it has on load,
+    so that stopping, which puts it back, changes a trait of the root, and pythreejs redraws on such a change."""
+    scene.renderOrder = -1
+    return p3.NumberKeyframeTrack(name=".renderOrder", times=kt.astype(np.float32),
+                                  values=np.arange(len(kt), dtype=np.float32))
+
 def _follow_tracks(kept_frames, kt, follow, aspect, start):
     """The follow camera: per kept frame, the content's scale and placement that make the film's box over a window of
     `follow` seconds fill the canvas; (place, scale, the start box's corners, the two tracks)."""
@@ -315,14 +323,14 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
     start = nearest(frame)
     film, children, pts, movers, balls = _trajectory_objects(frames, faces, color, spheres, radii, obstacles, bodies,
                                                              keep, start)
-    onehot = lambda k: [1.0 if j == k else 0.0 for j in range(K)]
     tracks = _motion_tracks(film, balls, movers, spheres, keep, kt)
     if follow is not None:  # the content is scaled and moved so that the film's box at each frame fills the canvas
         place, scale, pts, follow_tracks = _follow_tracks(frames[keep], kt, follow, width / height, start)
         tracks += follow_tracks
     renderer = framed_renderer(children + balls + [m for m, _ in movers], pts, width, height)
     labels, label_tracks = time_labels(renderer.camera, kt, start)
-    renderer.camera.children, tracks = (*renderer.camera.children, *labels), tracks + label_tracks
+    renderer.camera.children = (*renderer.camera.children, *labels)
+    tracks += [*label_tracks, _stop_redraw_track(renderer.scene, kt)]
     uid = uuid.uuid4().hex[:12]  # names the clip after the box, so a page's script can tell which clip a box plays
     clip = p3.AnimationClip(name=f"trajectory {uid}", tracks=tracks, duration=float(kt[-1]))
     action = p3.AnimationAction(p3.AnimationMixer(renderer.scene), clip, renderer.scene, paused=True, timeScale=speed,
@@ -331,7 +339,7 @@ def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: floa
     span = widgets.HTML(f"{kt[0]:.2f}–{kt[-1]:.2f} s simulated ({K} of {T} frames), played at {speed:g}× real time")
 
     def show(k):
-        for m in film: m.morphTargetInfluences = onehot(k)
+        for m in film: m.morphTargetInfluences = [1.0 if j == k else 0.0 for j in range(K)]
         for s, ball in enumerate(balls): ball.position = tuple(float(v) for v in spheres[keep[k], s])
         for mover, poses in movers: _place(mover, poses[keep[k]])
         if follow is not None:

@@ -258,34 +258,54 @@ def projection(fill, pts):
 
 
 class FakeView:
-    "What check_view asks of a page, scripted: the scene after each of load, play, pause, stop, play (`frames`)."
-    def __init__(self, frames, fills=(0.5, 0.5, 0.5)):
+    "What check_view asks of a page, scripted: the scene after each of load, play, pause, stop, play (`frames`), and"
+    " the frame its canvas shows then (`drawn`, default: the same); at step `lie` its time label (or with `slider`, the"
+    " slider's readout) says t = 9 s."
+    def __init__(self, frames, fills=(0.5, 0.5, 0.5), drawn=None, lie=None, slider=False):
         self.frames, self.fills, self.clicks = list(frames), list(fills), 0
+        self.drawn, self.lie, self.slider = list(frames if drawn is None else drawn), lie, slider
 
     def __call__(self, expr, *args):
         if expr.startswith("!!rec"): return True
         if expr.startswith("projections"): return [projection(f, T3[k]) for k, f in enumerate(self.fills)]
         if expr.endswith(".click()"): self.clicks += 1
         if expr.startswith("scene"):
-            w = np.eye(3)[self.frames[self.clicks]]
-            return scene(0, w, w, S3[self.frames[self.clicks]].tolist(), label=f"t = {w @ [0, .5, 1]} s")
+            w, said = np.eye(3)[self.frames[self.clicks]], [9.0] * (self.clicks == self.lie)
+            label = f"t = {w @ [0, .5, 1]} s" + "".join(f"\nt = {t} s" for t in said if not self.slider)
+            return scene(0, w, w, S3[self.frames[self.clicks]].tolist(), label=label, readouts=said * self.slider)
         return self
 
-    def screenshot(self, path): pass
+    @property
+    def screenshot_as_png(self): return png(np.full((2, 2, 3), 100 * self.drawn[self.clicks]))
 
 
-@pytest.mark.parametrize("frames, fills, expect", [
-    ([2, 1, 1, 2, 0], (0.5, 0.5, 0.5), None),
-    ([2, 1, 1, 0, 1], (0.5, 0.5, 0.5), "v.html: view 0: after stop another frame than on load"),
-    ([2, 1, 1, 2, 2], (0.5, 0.5, 0.5), "v.html: view 0: play does nothing after stop"),
-    ([2, 1, 1, 2, 0], (0.5, 0.1, 0.5), "v.html: view 0: the film covers 10.0% of the canvas at kept frame 1"),
+@pytest.mark.parametrize("frames, fills, drawn, expect", [
+    ([2, 1, 1, 2, 0], (0.5, 0.5, 0.5), None, None),
+    ([2, 1, 1, 0, 1], (0.5, 0.5, 0.5), None, "v.html: view 0: after stop another frame than on load"),
+    ([2, 1, 1, 2, 0], (0.5, 0.5, 0.5), [2, 1, 1, 1, 0], "v.html: view 0: after stop the canvas is not redrawn"),
+    ([2, 1, 1, 2, 2], (0.5, 0.5, 0.5), None, "v.html: view 0: play does nothing after stop"),
+    ([2, 1, 1, 2, 0], (0.5, 0.1, 0.5), None, "v.html: view 0: the film covers 10.0% of the canvas at kept frame 1"),
 ])
-def test_check_view_follows_the_clip_through_its_buttons(tmp_path, monkeypatch, frames, fills, expect):
-    "Failure modes: a view that shows another frame after stop than on load, a play button that does nothing after"
-    " stop, and a film that covers less than 15 % of the canvas at a kept frame (its projected box, from the page)."
+def test_check_view_follows_the_clip_through_its_buttons(tmp_path, monkeypatch, frames, fills, drawn, expect):
+    "Failure modes: a view that shows another frame after stop than on load, a canvas not redrawn after stop (it keeps"
+    " the paused frame while the label and the objects are back at the frame of load), a play button that does nothing"
+    " after stop, and a film that covers less than 15 % of the canvas at a kept frame (its projected box, from the"
+    " page)."
     monkeypatch.setattr(docs_preview.time, "sleep", lambda seconds: None)  # nothing plays: no waiting for the clip
-    problems = docs_preview.check_view(FakeView(frames, fills), "v.html", 0, tmp_path)
+    problems = docs_preview.check_view(FakeView(frames, fills, drawn), "v.html", 0, tmp_path)
     assert problems == ([] if expect is None else [problems[0]]) and (expect is None or problems[0].startswith(expect))
+
+
+@pytest.mark.parametrize("step, when", [(0, "load"), (1, "playing"), (2, "paused"), (3, "end")])
+@pytest.mark.parametrize("slider", [False, True])
+def test_check_view_finds_a_label_or_slider_off_the_picture(tmp_path, monkeypatch, step, when, slider):
+    "Failure mode: a time label, or a slider readout, that disagrees with the drawn frame on load, while playing,"
+    " paused or after stop."
+    monkeypatch.setattr(docs_preview.time, "sleep", lambda seconds: None)
+    frames = [2, 1, 1, 2, 0]
+    problems = docs_preview.check_view(FakeView(frames, lie=step, slider=slider), "v.html", 0, tmp_path)
+    shown = [0, .5, 1][frames[step]]
+    assert problems == [f"v.html: view 0 {when}: it says t = 9 s and shows t = {shown:.3f} s"], problems
 
 
 def test_trajectory_view_keeps_one_frame_for_every_object():

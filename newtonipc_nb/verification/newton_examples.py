@@ -514,7 +514,9 @@ _KIND_NAMES = {PLANE: "plane", SPHERE: "sphere", CAPSULE: "capsule", BOX: "box",
 
 # %% ../../nbs/37_newton_examples.ipynb #d1271153
 def example_view(preview: dict, solver: str = "ipc", **kwargs):
-    "A `trajectory_view` of one solver's run in a `load_preview` dict, with the example's collision shapes drawn."
+    """A `trajectory_view` of one solver's run in a `load_preview` dict, with the example's collision shapes drawn. The
+    camera follows the film over three preview frames at a time (`follow`, in seconds, unless given): a wider window
+    frames where a card flies to while it is still in the pile, and the pile shrinks to an eighth of the canvas."""
     q, body_q, sh = preview[f"{solver}_q"].astype(np.float64), preview[f"{solver}_body_q"], preview["shapes"]
     lo, hi = q.reshape(-1, 3).min(0), q.reshape(-1, 3).max(0)
     obstacles, bodies = [], []
@@ -531,4 +533,5 @@ def example_view(preview: dict, solver: str = "ipc", **kwargs):
         if sh["body"][s] < 0: obstacles.append(((V @ quat_matrix(poses[0, 3:]).T) + poses[0, :3], F))
         else: bodies.append((V, F, poses))
     fps = 1.0 / (preview["frame_dt"] * max(np.diff(preview[f"{solver}_frames"]).mean(), 1)) if len(q) > 1 else 1.0
+    kwargs.setdefault("follow", 2.0 / fps)
     return trajectory_view(q, preview["faces"], obstacles=obstacles, bodies=bodies, fps=float(fps), **kwargs)
