@@ -313,7 +313,8 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
             raise StepFailure("non-finite Newton direction")
         if self._outside is not None: self.barrier.settle_near(self._near, near)
         return slope, max_dx, max_move
-    raise AssertionError("the Newton system still misses blocks after its pattern was grown twice")
+    raise AssertionError("three assemblies at one iterate: a block still outside the grown pattern, or more active "
+                         "contacts than slots for every candidate")
 
 # %% ../nbs/10_solver.ipynb #bbde2f5e
 @patch
