@@ -136,11 +136,14 @@ def _screened_active_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=w
 @wp.kernel
 def _screened_near_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
                           offsets: wp.array(dtype=wp.float64), ref_gaps: wp.array(dtype=wp.float64),
-                          use_motion: wp.int32, scalars: wp.array(dtype=wp.float64), limit: wp.float64,
-                          count: wp.array(dtype=wp.int32), near_pairs: wp.array(dtype=wp.vec4i),
-                          near_kinds: wp.array(dtype=wp.int32), near_offsets: wp.array(dtype=wp.float64)):
-    "Copy the candidates with g(x) < `limit` into the near set; g only where the reference gap is below limit + M."
+                          use_motion: wp.int32, scalars: wp.array(dtype=wp.float64), dhat: wp.float64,
+                          reach: wp.array(dtype=wp.float64), count: wp.array(dtype=wp.int32),
+                          near_pairs: wp.array(dtype=wp.vec4i), near_kinds: wp.array(dtype=wp.int32),
+                          near_offsets: wp.array(dtype=wp.float64)):
+    """Copy the candidates with g(x) < limit = d̂ + reach[0] into the near set; g only where the reference gap is below
+    limit + M. The reach is read on the device: the solver computes it there from the Newton direction."""
     c = wp.tid()
+    limit = dhat + reach[0]
     if ref_gaps[c] < _screen_limit(limit, use_motion, scalars):
         w, r = _candidate(pairs[c], kinds[c], x)
         if wp.length(r) - offsets[c] < limit:
@@ -329,15 +332,22 @@ def _basis_rows(a: int, q1: wp.vec4d, q2: wp.vec4d, q3: wp.vec4d, n: wp.vec3d, t
 @wp.kernel
 def _barrier_accumulate_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i),
                                kinds: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.float64), dhat: wp.float64,
-                               k: wp.float64, select: wp.array(dtype=wp.int32), all_candidates: wp.int32,
+                               k: wp.float64, select: wp.array(dtype=wp.int32), selected: wp.array(dtype=wp.int32),
+                               all_candidates: wp.int32,
                                block_offset: wp.int32, mode: wp.int32, grad: wp.array(dtype=wp.vec3d),
                                rows: wp.array(dtype=wp.int32), cols: wp.array(dtype=wp.int32),
                                vals: wp.array(dtype=wp.mat33d)):
-    """16 blocks per candidate, candidate `select[tid]` (or `tid` when `all_candidates`); an inactive one writes unused
-    (−1) slots. `mode` 0: Gauss–Newton B″ w_a w_b nnᵀ; 1: the whole local Hessian projected to PSD; 2: unprojected."""
+    """16 blocks per candidate, candidate `select[tid]` (or `tid` when `all_candidates`); an inactive one, or a slot
+    beyond the `selected[0]` chosen, writes unused (−1) slots. `mode` 0: Gauss–Newton B″ w_a w_b nnᵀ; 1: the whole local
+    Hessian projected to PSD; 2: unprojected."""
     t = wp.tid()
     c = t
     if all_candidates == 0:
+        if t >= selected[0]:
+            for s in range(16):
+                rows[block_offset + 16 * t + s] = -1
+                cols[block_offset + 16 * t + s] = -1
+            return
         c = select[t]
     p = pairs[c]
     kind = kinds[c]
@@ -403,10 +413,13 @@ class BarrierTerm(EnergyTerm):
         self._active, self._active_count = wp.zeros(1, dtype=wp.int32,
                                                     device=cs.device), wp.zeros(1, dtype=wp.int32, device=cs.device)
         self._ref_gaps, self._ref_x, self._ref_of = wp.zeros(1, dtype=wp.float64, device=cs.device), None, None
-        self._scalars = wp.zeros(3, dtype=wp.float64, device=cs.device)    # [motion since the reference, count, flag]
+        # [motion since the reference, count, flag] of the last `prepare` and of the last near set: each read later
+        self.prepared_scalars, self.near_scalars = (wp.zeros(3, dtype=wp.float64, device=cs.device) for _ in range(2))
+        self._near_count, self._reach = wp.zeros(1, dtype=wp.int32, device=cs.device), wp.zeros(1, dtype=wp.float64,
+                                                                                                 device=cs.device)
         self._no_flag = wp.zeros(1, dtype=wp.int32, device=cs.device)
         self.flag = 0                       # the caller's flag read with the last near set's count
-        self._prepared = None
+        self._prepared, self._unread, self._every_slot, self._active_n = None, None, False, 0
         self._scope = None
 
     @property
@@ -430,7 +443,7 @@ class BarrierTerm(EnergyTerm):
         "The smallest gap over the candidates (+inf if there are none); the gaps become the screens' reference."
         cs = self.contacts
         self._check_x(x, cs)
-        self._screen(x, cs, full=True)
+        self._screen(x, cs, self.near_scalars, full=True)
         return float(self._ref_gaps.numpy()[: cs.count].min()) if cs.count else math.inf
 
 # %% ../nbs/05_contact_barrier.ipynb #14d877c6
@@ -461,16 +474,16 @@ def add_energy(self: BarrierTerm, x: wp.array, out: wp.array, contacts: ContactS
 
 # %% ../nbs/05_contact_barrier.ipynb #4210b064
 @patch
-def _screen(self: BarrierTerm, x: wp.array, cs: ContactSet, full: bool = False) -> int:
+def _screen(self: BarrierTerm, x: wp.array, cs: ContactSet, scalars: wp.array, full: bool = False) -> int:
     """Start a screen: M = 2 max‖x − x_ref‖ over particles, with every candidate's gap g_ref known at x_ref. A gap
     changes by at most twice the largest vertex motion, so g(x) ≥ g_ref − M: a candidate with g_ref ≥ t + M cannot
-    have g(x) < t, and its gap need not be computed. The motion goes into self._scalars[0] on the device (returns 1),
-    for the screening kernel to read; the reference is retaken instead (one pass over every candidate, returns 0)
-    when the candidate set changed, when the last screen found M above d̂, or when `full`."""
-    self._scalars.zero_()
+    have g(x) < t, and its gap need not be computed. The motion goes into scalars[0] on the device (returns 1), for
+    the screening kernel to read; the reference is retaken instead (one pass over every candidate, returns 0) when the
+    candidate set changed, when a screen found M above d̂/2, or when `full`."""
+    scalars.zero_()
     same = self._ref_of == (cs, cs.version, cs.count) and self._ref_x is not None and self._ref_x.shape == x.shape
     if same and not full:
-        wp.launch(_motion_kernel, dim=x.shape[0], inputs=[x, self._ref_x, self._scalars], device=cs.device)
+        wp.launch(_motion_kernel, dim=x.shape[0], inputs=[x, self._ref_x, scalars], device=cs.device)
         return 1
     self._ref_of = None         # the reference is rewritten: a rewrite cut short must not be taken for a whole one
     if self._ref_gaps.shape[0] < cs.count:
@@ -485,33 +498,72 @@ def _screen(self: BarrierTerm, x: wp.array, cs: ContactSet, full: bool = False) 
     return 0
 
 @patch
-def _finish_screen(self: BarrierTerm, flag: wp.array | None = None) -> int:
-    """Read the motion, the count (and a caller's int32 device `flag`, kept in `self.flag`) in one host read; a motion
-    above d̂/2 retakes the reference at the next screen."""
-    wp.launch(_pack_count, dim=1, inputs=[self._active_count, self._no_flag if flag is None else flag, self._scalars],
-              device=self._scalars.device)
-    motion, count, f = read_back(self._scalars)
+def _settle_screen(self: BarrierTerm, scalars) -> tuple[int, int]:
+    """(count, flag) from a screen's [motion, count, flag] read back; a motion above d̂/2 retakes the reference at the
+    next screen."""
+    motion, count, f = (float(v) for v in scalars)
     if 2.0 * motion > self.dhat: self._ref_of = None
-    self.flag = int(f)
-    return int(count)
+    return int(count), int(f)
 
 # %% ../nbs/05_contact_barrier.ipynb #524c15eb
 @patch
 def prepare(self: BarrierTerm, x: wp.array) -> None:
     """Select the candidates whose barrier is active at x (0 < g < d̂): the next `num_blocks`/`accumulate` cover only
-    those. Without it (or after that `accumulate`), every candidate gets its 16 slots, unused ones marked −1."""
+    those (slots for at most the `restrict`ed set's count of them until the count is read: `settle_prepare`). Without
+    it (or after that `accumulate`), every candidate gets its 16 slots, unused ones marked −1."""
     cs = self.contacts
     self._check_x(x, cs)
-    use = self._screen(x, cs)
+    use = self._screen(x, cs, self.prepared_scalars)
     self._active_count.zero_()
     if cs.count:
         wp.launch(
             _screened_active_kernel, dim=cs.count, device=cs.device, inputs=[
                 x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
-                wp.int32(use), self._scalars,
+                wp.int32(use), self.prepared_scalars,
                 wp.float64(self.dhat)
             ], outputs=[self._active_count, self._active])
-    self._prepared = (cs, cs.count, self._finish_screen())
+    wp.launch(_pack_count, dim=1, inputs=[self._active_count, self._no_flag, self.prepared_scalars], device=cs.device)
+    scope, every = self._scope, self._every_slot
+    slots = cs.count if scope is None or every else min(cs.count, scope.count)
+    self._prepared, self._unread, self._every_slot = [cs, cs.count, None, slots], slots, False
+
+@patch
+def settle_prepare(self: BarrierTerm, scalars) -> bool:
+    """Take the last `prepare`'s [motion, count, flag] read back; False when more candidates were active than it had
+    reserved slots for (assemble again: the next `prepare` reserves one for every candidate)."""
+    count, _ = self._settle_screen(scalars)
+    slots, self._unread, self._active_n = self._unread, None, count
+    if self._prepared is not None: self._prepared[2] = count
+    if slots is not None and count > slots: self._every_slot = True
+    return slots is None or count <= slots
+
+# %% ../nbs/05_contact_barrier.ipynb #6e1a0c3b
+@patch
+def near_launch(self: BarrierTerm, x: wp.array, reach: wp.array, out: ContactSet | None = None,
+                flag: wp.array | None = None) -> ContactSet:
+    """`near` with the reach a device float64[1] and nothing read: `out`'s count is set when `near_scalars` come back
+    (`settle_near`)."""
+    cs = self.contacts
+    self._check_x(x, cs)
+    use = self._screen(x, cs, self.near_scalars)
+    if out is None or out.capacity < cs.count: out = ContactSet.allocate(max(cs.count, 1), device=cs.device)
+    self._near_count.zero_()
+    if cs.count:
+        wp.launch(
+            _screened_near_kernel, dim=cs.count, device=cs.device, inputs=[
+                x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
+                wp.int32(use), self.near_scalars,
+                wp.float64(self.dhat), reach
+            ], outputs=[self._near_count, out.pairs, out.kind, out.offset])
+    wp.launch(_pack_count, dim=1, inputs=[self._near_count, self._no_flag if flag is None else flag, self.near_scalars],
+              device=cs.device)
+    return out
+
+@patch
+def settle_near(self: BarrierTerm, out: ContactSet, scalars) -> ContactSet:
+    "Set `out`'s count (and `self.flag`) from the `near_scalars` read back after `near_launch`."
+    out.count, self.flag = self._settle_screen(scalars)
+    return out
 
 @patch
 def near(self: BarrierTerm, x: wp.array, reach: float, out: ContactSet | None = None,
@@ -519,34 +571,25 @@ def near(self: BarrierTerm, x: wp.array, reach: float, out: ContactSet | None = 
     """The candidates that can come within d̂ (or collide) while no particle moves more than `reach`/2 from x:
     a gap changes by at most twice the largest vertex motion, so only those with g(x) < d̂ + reach matter
     (`out` is reused when large enough). A device `flag` (int32[1]) is read back with the count into `self.flag`."""
-    cs = self.contacts
-    self._check_x(x, cs)
-    use = self._screen(x, cs)
-    if out is None or out.capacity < cs.count: out = ContactSet.allocate(max(cs.count, 1), device=cs.device)
-    self._active_count.zero_()
-    if cs.count:
-        wp.launch(
-            _screened_near_kernel, dim=cs.count, device=cs.device, inputs=[
-                x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
-                wp.int32(use), self._scalars,
-                wp.float64(self.dhat + reach)
-            ], outputs=[self._active_count, out.pairs, out.kind, out.offset])
-    out.count = self._finish_screen(flag)
-    return out
+    self._reach.fill_(float(reach))
+    out = self.near_launch(x, self._reach, out, flag)
+    return self.settle_near(out, read_back(self.near_scalars))
 
 # %% ../nbs/05_contact_barrier.ipynb #cd406285
 @patch
 def _selection(self: BarrierTerm):
-    "(number of candidates accumulate covers, whether that is every candidate) for the current contact set."
+    """(number of candidates accumulate covers, whether that is every candidate) for the current contact set; before
+    the prepared count is read, the slots `prepare` reserved."""
     cs = self.contacts
     if self._prepared is not None and self._prepared[0] is cs and self._prepared[1] == cs.count:
-        return self._prepared[2], False
+        return (self._prepared[3] if self._prepared[2] is None else self._prepared[2]), False
     return cs.count, True
 
 @patch
 def active_count(self: BarrierTerm) -> int:
-    "Active candidates found by the last `prepare` (0 before any)."
-    return self._prepared[2] if self._prepared is not None else 0
+    "Active candidates found by the last `prepare` (0 before any); read back now if the caller has not."
+    if self._unread is not None: self.settle_prepare(read_back(self.prepared_scalars))
+    return self._active_n
 
 @patch
 def num_blocks(self: BarrierTerm) -> int: return 16 * self._selection()[0]
@@ -568,7 +611,7 @@ def accumulate(self: BarrierTerm, x: wp.array, grad: wp.array, blocks: HessianBl
         _barrier_accumulate_kernel, dim=m, device=cs.device, inputs=[
             x, cs.pairs, cs.kind, cs.offset,
             wp.float64(self.dhat),
-            wp.float64(self.kappa), self._active,
+            wp.float64(self.kappa), self._active, self._active_count,
             wp.int32(every),
             wp.int32(offset),
             wp.int32(_MODE_CODES[self.hessian])

@@ -125,9 +125,10 @@ class NewtonSystem:
         self.rhs = wp.zeros(n, dtype=wp.vec3d, device=d)
         self.D = wp.ones(n, dtype=wp.vec3d, device=d)
         self.H = wps.bsr_zeros(n, n, wp.mat33d, device=d)
-        self._flags = wp.zeros(2, dtype=wp.int32, device=d)      # [blocks outside the pattern, bad diagonals]: one read
-        self._missed, self._bad = self._flags[0:1], self._flags[1:2]
-        self._checked = None                # the bad-diagonal count `assemble` read with the pattern check
+        self.flags = wp.zeros(2, dtype=wp.int32, device=d)       # [blocks outside the pattern, bad diagonals]: one read
+        self._missed, self._bad = self.flags[0:1], self.flags[1:2]
+        self._checked = None                # the bad-diagonal count `settle` took with the pattern check
+        self._scattered = None              # (blocks, count) of the last `scatter`: what a missed block grows from
         self._hint = wp.full(1, -1, dtype=wp.int32, device=d)       # per triplet: the block it was added to last time
         self.version = 0                    # bumped whenever the pattern changes: linear solvers re-analyse
         self._keys = np.zeros(0, np.int64)
@@ -176,52 +177,70 @@ def _triplet_keys(self: NewtonSystem, blocks: HessianBlocks, count: int) -> np.n
     return np.unique(r[ok] * self.n + c[ok])
 
 @patch
-def assemble(self: NewtonSystem, blocks: HessianBlocks, count: int) -> bool:
-    """Sum the first `count` triplets of `blocks` into H (blocks touching a fixed particle dropped). A block outside
-    the pattern grows it to the union with these triplets' blocks, or, once that union is 1.5× the size of the last
-    pattern built from triplets alone, shrinks it to these triplets' blocks; returns whether the pattern changed."""
+def scatter(self: NewtonSystem, blocks: HessianBlocks, count: int) -> None:
+    """Launch the sum of the first `count` triplets of `blocks` into H (blocks touching a fixed particle dropped) and
+    the diagonal check of `finish`: `flags` = [blocks outside the pattern, non-positive diagonals] on the device."""
     if self._hint.shape[0] < count: self._hint = wp.full(len(blocks), -1, dtype=wp.int32, device=self.device)
     if self._stale: self._set_pattern(self._keys)       # a pattern change was cut short (an interrupt)
+    self.H.values.zero_()
+    self.flags.zero_()
+    self._checked, self._scattered = None, (blocks, count)
+    if count:
+        wp.launch(
+            _scatter_blocks, dim=count, device=self.device, inputs=[
+                blocks.rows, blocks.cols, blocks.vals, self.fixed, self.H.offsets, self.H.columns,
+                self.block_rows, self.H.values, self._hint, self._missed
+            ])
+    wp.launch(_finish_diagonal, dim=self.n, device=self.device,
+              inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
+
+@patch
+def settle(self: NewtonSystem, flags) -> bool:
+    """Take `flags` read back after `scatter`. True when every block was in the pattern; else the pattern grows to the
+    union with the scattered triplets' blocks, or, once that union is 1.5× the size of the last pattern built from
+    triplets alone, shrinks to these triplets' blocks, and the triplets must be scattered again (False)."""
+    missed, bad = (int(v) for v in flags)
+    if missed == 0:
+        self._checked = bad
+        return True
+    keys = self._triplet_keys(*self._scattered)
+    union = np.union1d(self._keys, keys)
+    shrink = len(union) > 1.5 * self._fresh_nnz
+    self._set_pattern(keys if shrink else union)
+    if shrink: self._fresh_nnz = self.nnz
+    return False
+
+@patch
+def assemble(self: NewtonSystem, blocks: HessianBlocks, count: int) -> bool:
+    """Sum the first `count` triplets of `blocks` into H (blocks touching a fixed particle dropped), growing or
+    shrinking the pattern as `settle` says when a block is outside it; returns whether the pattern changed."""
     for attempt in range(2):
-        self.H.values.zero_()
-        self._flags.zero_()
-        self._checked = None
-        if count:
-            wp.launch(
-                _scatter_blocks, dim=count, device=self.device, inputs=[
-                    blocks.rows, blocks.cols, blocks.vals, self.fixed, self.H.offsets, self.H.columns,
-                    self.block_rows, self.H.values, self._hint, self._missed
-                ])
-        # the diagonal check of `finish` runs now, so that both flags come back in one read
-        wp.launch(_finish_diagonal, dim=self.n, device=self.device,
-                  inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
-        missed, bad = (int(v) for v in read_back(self._flags))
-        if missed == 0:
-            self._checked = bad
-            return attempt > 0
-        keys = self._triplet_keys(blocks, count)
-        union = np.union1d(self._keys, keys)
-        shrink = len(union) > 1.5 * self._fresh_nnz
-        self._set_pattern(keys if shrink else union)
-        if shrink: self._fresh_nnz = self.nnz
+        self.scatter(blocks, count)
+        if self.settle(read_back(self.flags)): return attempt > 0
     raise AssertionError("a block is still missing after the pattern was rebuilt")
 
 # %% ../nbs/09_linear.ipynb #3defde34
 @patch
-def finish(self: NewtonSystem):
+def finish(self: NewtonSystem, check: bool = True):
     """Identity on fixed particles, D = diag(H)^(−1/2), H ← D H D and rhs = −D ∇Φ; raises if a free diagonal entry
-    is not positive."""
+    is not positive. With `check` False (right after `scatter`) nothing is read: the caller reads `flags` later and
+    passes the diagonal count to `check_diagonal`."""
     d = self.device
     bad, self._checked = self._checked, None
-    if bad is None:                     # H was not just assembled here: check it now
-        self._bad.zero_()
-        wp.launch(_finish_diagonal, dim=self.n, device=d,
-                  inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
-        bad = int(read_back(self._bad)[0])
-    if bad:
-        raise LinearSolveError(f"{bad} diagonal block(s) of the Newton matrix are not positive")
+    if check:
+        if bad is None:                     # H was not just assembled here: check it now
+            self._bad.zero_()
+            wp.launch(_finish_diagonal, dim=self.n, device=d,
+                      inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
+            bad = int(read_back(self._bad)[0])
+        self.check_diagonal(bad)
     wp.launch(_equilibrate, dim=self.nnz, device=d, inputs=[self.block_rows, self.H.columns, self.H.values, self.D])
     wp.launch(_scaled_rhs, dim=self.n, device=d, inputs=[self.grad, self.D, self.fixed, self.rhs])
+
+@patch
+def check_diagonal(self: NewtonSystem, bad: int):
+    "Raise `LinearSolveError` when `bad` (the count `flags[1]` holds) diagonal blocks are not positive."
+    if bad: raise LinearSolveError(f"{bad} diagonal block(s) of the Newton matrix are not positive")
 
 @patch
 def copy(self: NewtonSystem) -> "NewtonSystem":

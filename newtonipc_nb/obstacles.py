@@ -13,7 +13,7 @@ import newton
 from .inputs import ModelError
 
 # %% auto #0
-__all__ = ['EXACT_SHAPES', 'quat_matrix', 'compose', 'ObstacleSet', 'obstacles_from_newton', 'with_obstacles']
+__all__ = ['EXACT_SHAPES', 'quat_matrix', 'compose', 'ObstacleSet', 'first_inside', 'obstacles_from_newton', 'with_obstacles']
 
 # %% ../nbs/04a_obstacles.ipynb #8a17f368
 def quat_matrix(q) -> np.ndarray:
@@ -129,6 +129,26 @@ class ObstacleSet:
                 raise ModelError(f"shape {s} (infinite plane on body {int(self.shape_body[s])}) turns during the step; "
                                  "SolverIPC sweeps infinite planes by translation only: give it finite width and "
                                  "length")
+
+# %% ../nbs/04a_obstacles.ipynb #5b7c2e91
+def first_inside(obs: ObstacleSet, x: np.ndarray, free: np.ndarray, radius: np.ndarray) -> str | None:
+    """The first particle of `free` (radii `radius`, positions `x` of the contact model, obstacle points included) that
+    lies behind an infinite plane or inside a sphere or capsule shape of `obs`, in words; None when none does."""
+    if not len(free): return None
+    for o, a, b in obs.plane:
+        nrm = np.cross(x[a] - x[o], x[b] - x[o])
+        nrm /= np.linalg.norm(nrm)
+        s = (x[free] - x[o]) @ nrm - radius
+        if s.min() <= 0: return f"particle {int(free[np.argmin(s)])} is {-s.min():.3e} m behind {obs.label(int(o))}"
+    axes = obs.edge[obs.edge_radius > 0]
+    cores = [(int(c), x[c], x[c], R) for c, R in zip(obs.sphere, obs.sphere_radius)]
+    cores += [(int(a), x[a], x[b], R) for (a, b), R in zip(axes, obs.edge_radius[obs.edge_radius > 0])]
+    for o, a, b, R in cores:
+        e = b - a
+        t = np.clip((x[free] - a) @ e / max(e @ e, 1e-300), 0.0, 1.0)
+        s = np.linalg.norm(x[free] - a - t[:, None] * e, axis=1) - R - radius
+        if s.min() <= 0: return f"particle {int(free[np.argmin(s)])} is {-s.min():.3e} m inside {obs.label(o)}"
+    return None
 
 # %% ../nbs/04a_obstacles.ipynb #df74b58b
 def _combined_mu(film_mu: float, shape_mu: float) -> float:

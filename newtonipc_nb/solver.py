@@ -15,13 +15,13 @@ import warp as wp
 
 import newton
 from .inputs import IPCModel
-from .terms import EnergyTerm, HessianBlocks, read_back
+from .terms import EnergyTerm, HessianBlocks, ScalarReads, read_back
 from .elastic import MembraneTerm, HingeTerm
 from .supports import InertiaTerm, SupportTerm, TieTerm
 from .barrier import BarrierTerm
 from .candidates import CandidateSearch
 from .distances import CONTACT_KINDS, KIND_BY_CODE
-from .obstacles import obstacles_from_newton, with_obstacles
+from .obstacles import first_inside, obstacles_from_newton, with_obstacles
 from .ccd import DeviceStepBound, bound_from_minimum, candidate_step_bounds, fp32_gap_check
 from .intersections import count_intersections
 from .friction import FrictionTerm
@@ -60,6 +60,13 @@ def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), 
     wp.atomic_add(out, 0, wp.dot(g[i], d))
     wp.atomic_max(out, 1, wp.max(wp.max(wp.abs(d[0]), wp.abs(d[1])), wp.abs(d[2])))
     wp.atomic_max(out, 2, wp.length(d))
+
+_GROW, _PAD = 1.0 + 1e-9, 1e-12           # reach = 2 max‖Δxᵢ‖ · _GROW + _PAD: rounding never shrinks the near set
+
+@wp.kernel
+def _reach(norms: wp.array(dtype=wp.float64), grow: wp.float64, pad: wp.float64, out: wp.array(dtype=wp.float64)):
+    "out[0] = 2 norms[2] · grow + pad, the same operations in the same order as `2.0 * max_move * _GROW + _PAD`."
+    out[0] = wp.float64(2.0) * norms[2] * grow + pad
 
 # %% ../nbs/10_solver.ipynb #1f9345a7
 class SolverIPC(newton.solvers.SolverBase):
@@ -155,7 +162,8 @@ def _allocate(self: SolverIPC):
     # [Φ, smallest step bound]: the first line-search trial reads both at once
     self._pack, self._norms = wp.zeros(2, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
     self._phi_acc, self._bound_min = self._pack[0:1], self._pack[1:2]
-    self._near = None
+    self._reach, self._reads = wp.zeros(1, dtype=wp.float64, device=d), ScalarReads(d)
+    self._near, self._outside = None, None
     self.last_stats: StepStats | None = None
     self._last_out = None
     self._x_ref = wp.zeros(n, dtype=wp.vec3d, device=d)
@@ -237,9 +245,9 @@ def _restrict(self: SolverIPC, near) -> None:
 
 # %% ../nbs/10_solver.ipynb #6a005ea2
 @patch
-def _assemble(self: SolverIPC, x: wp.array) -> bool:
-    """Gradient and Hessian blocks of every term at x into `self.system`, then D H D and −D∇Φ; returns whether the block
-    pattern changed."""
+def _assemble(self: SolverIPC, x: wp.array):
+    """Gradient and Hessian blocks of every term at x, scattered into `self.system`, then D H D and −D∇Φ; nothing is
+    read (the pattern and diagonal flags come back with the direction)."""
     for t in self.terms: t.prepare(x)
     sizes = [t.num_blocks() for t in self.terms]
     total = sum(sizes)
@@ -251,35 +259,62 @@ def _assemble(self: SolverIPC, x: wp.array) -> bool:
     for t, s in zip(self.terms, sizes):
         t.accumulate(x, sys.grad, self._blocks, off)
         off += s
-    changed = sys.assemble(self._blocks, total)
-    sys.finish()
-    return changed
+    sys.scatter(self._blocks, total)
+    sys.finish(check=False)
 
 @patch
-def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, float, float]:
-    "The Newton direction Δx into `self._dx`; returns (∇Φ·Δx, max|Δx| over components, max ‖Δxᵢ‖ over particles)."
+def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats) -> LinearSolveError | None:
+    """Assemble, factorise and solve into self._dx, then launch its norms, x + Δx into self._xt, whether the candidates
+    cover that motion and its near set; nothing is read. A failed factorisation or solve is returned, not raised."""
     with _Timer(st.times, "assembly"):
-        try:
-            st.patterns += self._assemble(x)
-        except LinearSolveError as e:
-            raise StepFailure(str(e)) from e
-    with _Timer(st.times, "factorisation"):
-        try:
+        self._assemble(x)
+    self._outside = None
+    try:
+        with _Timer(st.times, "factorisation"):
             self.linear.prepare(self.system)
-        except LinearSolveError as e:
-            raise StepFailure(str(e)) from e
-    with _Timer(st.times, "solve"):
-        try:
+        with _Timer(st.times, "solve"):
             self.linear.solve(self.system, self._z)
-        except LinearSolveError as e:
-            raise StepFailure(str(e)) from e
+    except LinearSolveError as e:
+        return e
+    with _Timer(st.times, "solve"):
         self.system.unscale(self._z, self._dx)
         self._norms.zero_()
         wp.launch(_direction_norms, dim=len(x), inputs=[self.system.grad, self._dx, self._norms], device=self.device)
-        slope, max_dx, max_move = (float(v) for v in read_back(self._norms))
-    if not (math.isfinite(slope) and math.isfinite(max_dx)):
-        raise StepFailure("non-finite Newton direction")
-    return slope, max_dx, max_move
+    with _Timer(st.times, "candidates"):
+        wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=self.device)
+        wp.launch(_reach, dim=1, inputs=[self._norms, _GROW, _PAD, self._reach], device=self.device)
+        self._outside = self.search.covers_launch(x, self._xt)
+        if self._outside is not None:
+            self._near = self.barrier.near_launch(x, self._reach, self._near, flag=self._outside)
+    return None
+
+# %% ../nbs/10_solver.ipynb #2f5e9b1d
+@patch
+def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, float, float]:
+    """The Newton direction Δx into `self._dx`, x + Δx into `self._xt` and the near set of that motion into
+    `self._near` (unless the candidates must be rebuilt first: `self._outside` None or `barrier.flag` set); returns
+    (∇Φ·Δx, max|Δx| over components, max ‖Δxᵢ‖ over particles) from one host read."""
+    for _ in range(3):
+        failed = self._launch_direction(x, st)
+        norms, flags, prepared, near = self._reads.read(self._norms, self.system.flags, self.barrier.prepared_scalars,
+                                                        self.barrier.near_scalars)
+        fits = self.barrier.settle_prepare(prepared)
+        if not self.system.settle(flags):          # a block outside the pattern: it has grown, assemble again
+            st.patterns += 1
+            continue
+        if not fits: continue                       # more active contacts than reserved slots: assemble again
+        try:
+            self.system.check_diagonal(int(flags[1]))
+        except LinearSolveError as e:
+            raise StepFailure(str(e)) from e
+        if failed is not None: raise StepFailure(str(failed)) from failed
+        slope, max_dx, max_move = (float(v) for v in norms)
+        if not (math.isfinite(slope) and math.isfinite(max_dx)):
+            raise StepFailure("non-finite Newton direction")
+        if self._outside is not None: self.barrier.settle_near(self._near, near)
+        return slope, max_dx, max_move
+    raise AssertionError("three assemblies at one iterate: a block still outside the grown pattern, or more active "
+                         "contacts than slots for every candidate")
 
 # %% ../nbs/10_solver.ipynb #bbde2f5e
 @patch
@@ -329,19 +364,15 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
     # A zero direction (zero gradient) is a minimiser at any iteration.
     if max_dx > 0.0:
         converged = it > 0 and max_dx < o["tolerance"]
-        wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=self.device)
         with _Timer(st.times, "candidates"):
-            # only candidates whose gap can fall below d̂ on the way to x + Δx matter to the bound and the line search;
-            # whether the candidate set still covers the motion is read back with the near set's count
-            reach = 2.0 * max_move * (1.0 + 1e-9) + 1e-12
-            outside = self.search.covers_launch(x, self._xt)
-            if outside is None: self.search.build(x, self._xt)
-            self._near = near = self.barrier.near(x, reach, self._near, flag=outside)
-            if outside is not None and self.barrier.flag:
+            # only candidates whose gap can fall below d̂ on the way to x + Δx matter to the bound and the line search:
+            # their near set came back with the direction, unless the candidate set no longer covers the motion
+            if self._outside is None or self.barrier.flag:
                 self.search.build(x, self._xt)
-                self._near = near = self.barrier.near(x, reach, self._near)
-            elif outside is not None:
+                self._near = self.barrier.near(x, 2.0 * max_move * _GROW + _PAD, self._near)
+            else:
                 self.search.stats["reuses"] += 1
+            near = self._near
             self._restrict(near)
         with _Timer(st.times, "ccd"):
             self._bound.launch(near, x, self._dx, self._bound_min)      # read with the first trial's Φ
@@ -531,39 +562,10 @@ def _check_start(self: SolverIPC, x: np.ndarray):
             if n_all > n_obstacles:
                 raise SolverError(f"invalid start: {n_all - n_obstacles} pair(s) of triangles intersect (an edge "
                                   f"passes through a face)")
-    obs = self.obstacles
-    if len(obs.plane):
-        free = np.union1d(self._film, self.ipc.sphere.numpy())
-        free = free[~self._fixed_mask[free]]
-        for o, a, b in obs.plane:
-            nrm = np.cross(x[a] - x[o], x[b] - x[o])
-            nrm /= np.linalg.norm(nrm)
-            s = (x[free] - x[o]) @ nrm - self.contact.radius.numpy()[free]
-            if len(s) and s.min() <= 0:
-                i = int(free[np.argmin(s)])
-                raise SolverError(f"invalid start: particle {i} is {-s.min():.3e} m behind {obs.label(int(o))}")
-    self._check_round_shapes(x)
-
-@patch
-def _check_round_shapes(self: SolverIPC, x: np.ndarray):
-    """Refuse a start with a film vertex or sphere particle inside an obstacle sphere or capsule, named as the plane
-    check does."""
-    obs = self.obstacles
-    axes = obs.edge[obs.edge_radius > 0]
-    if not (len(obs.sphere) or len(axes)): return
     free = np.union1d(self._film, self.ipc.sphere.numpy())
     free = free[~self._fixed_mask[free]]
-    r = self.contact.radius.numpy()[free]
-    # a capsule is its axis segment plus its two end spheres, so the segments alone give its exact distance
-    cores = [(int(c), x[c], x[c], R) for c, R in zip(obs.sphere, obs.sphere_radius)]
-    cores += [(int(a), x[a], x[b], R) for (a, b), R in zip(axes, obs.edge_radius[obs.edge_radius > 0])]
-    for o, a, b, R in cores:
-        e = b - a
-        t = np.clip((x[free] - a) @ e / max(e @ e, 1e-300), 0.0, 1.0)
-        s = np.linalg.norm(x[free] - a - t[:, None] * e, axis=1) - R - r
-        if len(s) and s.min() <= 0:
-            i = int(free[np.argmin(s)])
-            raise SolverError(f"invalid start: particle {i} is {-s.min():.3e} m inside {obs.label(o)}")
+    inside = first_inside(self.obstacles, x, free, self.contact.radius.numpy()[free])
+    if inside: raise SolverError(f"invalid start: {inside}")
 
 # %% ../nbs/10_solver.ipynb #4fdaf7d7
 @patch
@@ -571,13 +573,10 @@ def _refuse_capture(self: SolverIPC):
     """SolverIPC decides on the host (gap checks, Newton convergence, line search, subdivision): a captured graph could
     not replay it."""
     if wp.get_device(self.device).is_capturing or wp.get_device().is_capturing:
-        raise SolverError("SolverIPC.step cannot run inside a graph capture (wp.ScopedCapture): every Newton "
-                          "iteration reads "
-                          "scalars back to decide convergence, the line search and step subdivision, and a "
-                          "captured graph "
-                          "would replay none of those decisions. Call step() directly, uncaptured (in Newton's "
-                          "examples: "
-                          "set example.graph = None so that simulate() runs each frame)")
+        raise SolverError("SolverIPC.step cannot run inside a graph capture (wp.ScopedCapture): every Newton iteration "
+                          "reads scalars back to decide convergence, the line search and step subdivision, and a "
+                          "captured graph would replay none of those decisions. Call step() directly, uncaptured (in "
+                          "Newton's examples: set example.graph = None so that simulate() runs each frame)")
 
 @patch
 def rebuild_bvh(self: SolverIPC, state=None):
@@ -618,9 +617,9 @@ def step(self: SolverIPC, state_in, state_out, control, contacts, dt: float):
     if isinstance(dt, bool) or not isinstance(dt, numbers.Real) or not (math.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be a finite number > 0, got {dt!r}")
     if dt < MIN_DT:
-        raise ValueError(f"dt = {dt!r} s is below {MIN_DT:g} s: the inertia stiffness m/dt² and the velocity (x − "
-                         f"x₀)/dt lose "
-                         f"their meaning there; give a step ≥ {MIN_DT:g} s (the bag scene takes 1/240 s)")
+        raise ValueError(f"dt = {dt!r} s is below {MIN_DT:g} s: the inertia stiffness m/dt² and the velocity "
+                         f"(x − x₀)/dt lose their meaning there; give a step ≥ {MIN_DT:g} s "
+                         f"(the bag scene takes 1/240 s)")
     self._check_state(state_out, "state_out")
     x_in, v_in, f_in = self._read_state(state_in)
     xs, xe, swept = self._start(x_in, state_in)

@@ -13,7 +13,7 @@ import warp as wp
 from .checks import float_array
 
 # %% auto #0
-__all__ = ['HessianBlocks', 'write_block', 'skip_block', 'add_gradient', 'sum_into', 'read_back', 'EnergyTerm',
+__all__ = ['HessianBlocks', 'write_block', 'skip_block', 'add_gradient', 'sum_into', 'read_back', 'ScalarReads', 'EnergyTerm',
            'ElementEnergyTerm', 'check_term_arrays', 'term_derivatives']
 
 # %% ../nbs/01_terms.ipynb #df25c309
@@ -67,6 +67,36 @@ def sum_into(values: wp.array, count: int, out: wp.array) -> None:
 def read_back(a: wp.array) -> np.ndarray:
     "The host copy of a small device array of scalars that a decision needs: the solver's one kind of host read."
     return a.numpy()
+
+@wp.kernel
+def _gather_f64(src: wp.array(dtype=wp.float64), at: wp.int32, out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[at + i] = src[i]
+
+@wp.kernel
+def _gather_i32(src: wp.array(dtype=wp.int32), at: wp.int32, out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[at + i] = wp.float64(src[i])
+
+class ScalarReads:
+    "Small device arrays of scalars gathered into one float64 buffer on `device` and read back together."
+    def __init__(self, device=None):
+        self.device = wp.get_device(device)
+        self._buf = wp.zeros(16, dtype=wp.float64, device=self.device)
+
+    def read(self, *arrays: wp.array) -> list[np.ndarray]:
+        """The host copies (float64) of `arrays` (1-d float64 or int32 device arrays), in one host read."""
+        n = sum(a.shape[0] for a in arrays)
+        if self._buf.shape[0] < n: self._buf = wp.zeros(n, dtype=wp.float64, device=self.device)
+        at = 0
+        for a in arrays:
+            if a.ndim != 1 or a.dtype not in (wp.float64, wp.int32):
+                raise TypeError(f"ScalarReads: 1-d float64 or int32 arrays only, got {a.ndim}-d {a.dtype.__name__}")
+            wp.launch(_gather_f64 if a.dtype == wp.float64 else _gather_i32, dim=a.shape[0], device=self.device,
+                      inputs=[a, wp.int32(at), self._buf])
+            at += a.shape[0]
+        v = read_back(self._buf)[:n].copy()
+        return np.split(v, np.cumsum([a.shape[0] for a in arrays])[:-1])
 
 # %% ../nbs/01_terms.ipynb #37ba6de2
 class EnergyTerm:
