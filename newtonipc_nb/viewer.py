@@ -279,6 +279,7 @@ def _stop_redraw_track(scene, kt) -> p3.NumberKeyframeTrack:
     return p3.NumberKeyframeTrack(name=".renderOrder", times=kt.astype(np.float32),
                                   values=np.arange(len(kt), dtype=np.float32))
 
+# %% ../nbs/00a_viewer.ipynb #bdb311b0
 def _follow_tracks(kept_frames, kt, follow, aspect, start):
     """The follow camera: per kept frame, the content's scale and placement that make the film's box over a window of
     `follow` seconds fill the canvas; (place, scale, the start box's corners, the two tracks)."""
@@ -302,7 +303,6 @@ def _kernel_widgets(keep, start, times, speed):
     step = (kt[-1] - kt[0]) / max(K - 1, 1) / speed
     play = widgets.Play(value=start, min=0, max=K - 1, interval=max(int(1000 * step), 1), description="play (kernel)")
     return slider, play, widgets.HTML(_frame_label(int(keep[start]), T, times))
-
 
 # %% ../nbs/00a_viewer.ipynb #8a2cfc67
 def trajectory_view(frames, faces, *, times=None, fps: float = 10.0, speed: float = 1.0, spheres=None, radii=None,
