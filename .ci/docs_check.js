@@ -12,6 +12,11 @@ document.addEventListener('DOMContentLoaded', () => document.querySelector(
 const canvases = () => [...document.querySelectorAll('canvas')].filter(c => c.width > 50 && c.height > 50);
 const views = () => [...document.querySelectorAll('.trajectory-view')];  // class traj-UID: clip "trajectory UID"
 const arr = a => Array.from(a || []);
+function inView(el) {  // scrolled to its top, since chromedriver scrolls only to an element wholly off the viewport;
+  el.scrollIntoView();  // its size in device pixels, what its screenshot must be (not the strip the viewport showed)
+  const r = el.getBoundingClientRect();
+  return [r.width, r.height].map(x => Math.round(x * devicePixelRatio));
+}
 const rec = k => clips.find(v => views()[k].classList.contains('traj-' + v.action.getClip().name.split(' ')[1]));
 function parts(v) { const o = {}; v.root.traverse(x => { o[x.isCamera ? 'camera' : x.name] = x; }); return o; }
 function scene(k) {  // what the k-th view draws now, what its clip holds and what its visible texts and time labels say

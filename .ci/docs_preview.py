@@ -221,8 +221,12 @@ def check_page(d, url: str, shots: Path) -> list:
     d.save_screenshot(str(shots / f"{name}.png"))
     problems = errors()
     for i, c in enumerate(js("canvases()")):
+        size = js("inView(arguments[0])", c)  # a canvas the viewport's edge cuts is shot clipped to the viewport
         (shots / f"{name}.canvas{i}.png").write_bytes(png := c.screenshot_as_png)
-        if (cov := canvas_coverage(png))[0] < 0.01 or cov[1] < 8: problems.append(f"{name}: canvas {i} is blank {cov}")
+        if list(got := PIL.Image.open(io.BytesIO(png)).size) != size:
+            problems.append(f"{name}: canvas {i}: its screenshot is {got}, not the whole canvas {size}")
+        elif (cov := canvas_coverage(png))[0] < 0.01 or cov[1] < 8:
+            problems.append(f"{name}: canvas {i} is blank {cov}")
     return problems + [p for k in range(js("views().length")) for p in check_view(js, name, k, shots)] + errors()
 
 def check_pages(base_url: str, pages: list, shots: Path) -> list:
