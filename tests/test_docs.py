@@ -208,6 +208,38 @@ def test_canvas_coverage_tells_blank_from_drawn():
     assert abs(cover - 0.06) < 1e-12 and colours == 2
 
 
+class FakePage:
+    "A driver on a page without widgets whose one canvas, `w` × `h`, chromedriver shoots as `rows`."
+    def __init__(self, rows, w=64, h=48):
+        self.rows, self.size = np.asarray(rows), [w, h]
+
+    def get(self, url): pass
+    def get_log(self, kind): return []
+    def save_screenshot(self, path): pass
+
+    def execute_script(self, src, *args):
+        expr = src.removeprefix("return ")
+        if expr == "canvases()": return [self]
+        if expr == "inView(arguments[0])": return self.size
+        if expr == "views().length": return 0
+        return None
+
+    @property
+    def screenshot_as_png(self): return png(self.rows)
+
+
+def test_check_page_wants_the_whole_canvas_drawn(tmp_path):
+    "Failure modes: a blank canvas, and a screenshot of part of a canvas (chromedriver, not scrolling to a canvas the"
+    " viewport's edge cuts, shot reference_scenes' first as its top strip of background: a false 'blank')."
+    drawn = np.full((48, 64, 3), 247)
+    drawn[30:40, 10:50] = np.arange(40)[None, :, None] * 5        # 40 colours below the top strip, 13 % of the pixels
+    assert docs_preview.check_page(FakePage(drawn), "http://x/p.html", tmp_path) == []
+    assert docs_preview.check_page(FakePage(np.full((48, 64, 3), 247)), "http://x/p.html", tmp_path) == \
+        ["p.html: canvas 0 is blank (0.0, 1)"]
+    assert docs_preview.check_page(FakePage(drawn[:17]), "http://x/p.html", tmp_path) == \
+        ["p.html: canvas 0: its screenshot is (64, 17), not the whole canvas [64, 48]"]
+
+
 # ------------------------------------------------------------------ a trajectory view, as the page's script reads it
 T3 = np.arange(3 * 4 * 3, dtype=float).reshape(3, 4, 3)
 S3 = np.array([[0, 0, 0], [1, 0, 0], [2, 0, 0.]])
@@ -373,6 +405,22 @@ def test_browser_check_finds_console_errors_and_a_small_subject(tmp_path, monkey
     small = [p for p in problems if "covers" in p]
     assert len(small) == 1 and small[0].startswith("views.html: view 1: the film covers"), problems
     assert len(problems) == 2, problems
+
+
+@browser
+def test_browser_check_shoots_whole_canvases_and_finds_a_blank_one(tmp_path, monkeypatch):
+    "Failure mode: a blank canvas (a renderer of an empty scene), on a page whose first canvas, drawn, is cut by the"
+    " viewport's bottom edge on load (its top about 610 px down an 857 px viewport, as reference_scenes' first): that"
+    " one is shot whole (640 × 480) and passes."
+    from PIL import Image
+    out = fake_notebooks(tmp_path, monkeypatch, {"canvases": [
+        "from IPython.display import HTML\nHTML('<div style=\"height: 330px\"></div>')",
+        "from newtonipc_nb.viewer import grid_mesh, mesh_view\nmesh_view(*grid_mesh(4, 4))",
+        "import pythreejs as p3\np3.Renderer(camera=p3.PerspectiveCamera(), scene=p3.Scene(background='#f7f7f7'))"]})
+    assert docs_preview.build(out)["failed"] == {}
+    problems = serve_and_check(out, ["canvases.html"])
+    assert problems == ["canvases.html: canvas 1 is blank (0.0, 1)"], problems
+    assert Image.open(out / "_check" / "canvases.html.canvas0.png").size == (640, 480)
 
 
 @browser
