@@ -1,7 +1,7 @@
 // Runs before each page's scripts, so its helpers are the page's globals; records every clip pythreejs plays.
 const clips = [];
-document.addEventListener('DOMContentLoaded', () => document.querySelector(
-  'script[type="application/vnd.jupyter.widget-view+json"]') && requirejs(['three'], T => {
+document.addEventListener('DOMContentLoaded', () => document.querySelector('[type$="view+json"]') &&
+  requirejs(['three'], T => {
   const clipAction = T.AnimationMixer.prototype.clipAction;  // pythreejs makes each action with it
   T.AnimationMixer.prototype.clipAction = function (clip, root) {
     const a = clipAction.call(this, clip, root);
@@ -14,9 +14,7 @@ const views = () => [...document.querySelectorAll('.trajectory-view')];  // clas
 const arr = a => Array.from(a || []);
 function inView(el) {  // scrolled to its top, since chromedriver scrolls only to an element wholly off the viewport;
   el.scrollIntoView();  // its size in device pixels, what its screenshot must be (not the strip the viewport showed)
-  const r = el.getBoundingClientRect();
-  return [r.width, r.height].map(x => Math.round(x * devicePixelRatio));
-}
+  return ['width', 'height'].map(k => Math.round(el.getBoundingClientRect()[k] * devicePixelRatio)); }
 const rec = k => clips.find(v => views()[k].classList.contains('traj-' + v.action.getClip().name.split(' ')[1]));
 function parts(v) { const o = {}; v.root.traverse(x => { o[x.isCamera ? 'camera' : x.name] = x; }); return o; }
 function scene(k) {  // what the k-th view draws now, what its clip holds and what its visible texts and time labels say
@@ -36,8 +34,7 @@ function scene(k) {  // what the k-th view draws now, what its clip holds and wh
 }
 function projections(k) {  // the film's model-view-projection at each kept frame, posed by the clip (stop() undoes it)
   const v = rec(k), a = v.action, o = parts(v), times = scene(k).times;
-  a.play();
-  a.paused = true;
+  a.play().paused = true;  // play() returns the action
   const out = times.map(t => {
     a.time = Math.min(t, a.getClip().duration * (1 - 1e-9));
     v.mixer.update(0);

@@ -156,11 +156,6 @@ def check_site(out: Path, report=None) -> list:
         if cut: problems.append(f"{n}: {len(cut)} table cell(s) cut short, e.g. {cut[0][-60:]!r}")
     return problems
 
-def canvas_coverage(png: bytes):
-    "Share of the pixels that differ from the commonest colour (the background), and the number of colours."
-    counts = [n for n, _ in PIL.Image.open(io.BytesIO(png)).convert("RGB").getcolors(1 << 24)]
-    return 1 - max(counts) / sum(counts), len(counts)
-
 def scene_frame(sc: dict):
     "The kept-frame weights of the drawn film if its wireframe, spheres, bodies and placement agree; else what not."
     K, base = len(sc["times"]), np.reshape(sc["base"], (1, -1, 3))
@@ -223,10 +218,11 @@ def check_page(d, url: str, shots: Path) -> list:
     for i, c in enumerate(js("canvases()")):
         size = js("inView(arguments[0])", c)  # a canvas the viewport's edge cuts is shot clipped to the viewport
         (shots / f"{name}.canvas{i}.png").write_bytes(png := c.screenshot_as_png)
-        if list(got := PIL.Image.open(io.BytesIO(png)).size) != size:
-            problems.append(f"{name}: canvas {i}: its screenshot is {got}, not the whole canvas {size}")
-        elif (cov := canvas_coverage(png))[0] < 0.01 or cov[1] < 8:
-            problems.append(f"{name}: canvas {i} is blank {cov}")
+        got = (img := PIL.Image.open(io.BytesIO(png)).convert("RGB")).size
+        cov = 1 - max(counts := [n for n, _ in img.getcolors(1 << 24)]) / sum(counts), len(counts)  # off the commonest
+        why = f": its screenshot is {got}, not the whole canvas {size}" if list(got) != size else \
+            f" is blank {cov}" if cov[0] < 0.01 or cov[1] < 8 else ""
+        problems += [f"{name}: canvas {i}{why}"] if why else []
     return problems + [p for k in range(js("views().length")) for p in check_view(js, name, k, shots)] + errors()
 
 def check_pages(base_url: str, pages: list, shots: Path) -> list:
@@ -240,8 +236,7 @@ def check_pages(base_url: str, pages: list, shots: Path) -> list:
     o.arguments.extend("--" + a for a in flags.split())
     o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     d = webdriver.Chrome(options=o, service=webdriver.ChromeService(shutil.which("chromedriver")))
-    d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
-                      {"source": (Path(__file__).parent / "docs_check.js").read_text()})
+    d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": (ROOT / ".ci/docs_check.js").read_text()})
     try: return [p for n in pages for p in check_page(d, base_url + n, shots)]
     finally: d.quit()
 
@@ -252,8 +247,7 @@ def main(only: Param("notebook stems to build (default: the changed pages)", nar
          run_flags: Param("also run the cells flagged so (slow, gpu)", nargs="*") = (),
          execute_in_place: store_true = False):  # write each executed notebook back into nbs/ (for nbdev_docs)
     "Build the changed pages of the docs preview, or execute the notebooks in place; exit status 1 if one failed."
-    if not execute_in_place:
-        sys.exit(1 if build(OUT, only, force, timeout, run_flags)["failed"] else 0)
+    if not execute_in_place: sys.exit(1 if build(OUT, only, force, timeout, run_flags)["failed"] else 0)
     runs = [(p, execute(p, timeout, run_flags)) for p in notebooks()]
     for p, (nb, _) in runs: nbformat.write(nb, p)
     sys.exit(1 if any(errors for _, (_, errors) in runs) else 0)

@@ -198,16 +198,6 @@ def png(rows) -> bytes:
     return buf.getvalue()
 
 
-def test_canvas_coverage_tells_blank_from_drawn():
-    "Failure mode: a blank canvas (the check wants 1 % of the pixels off the background and 8 colours)."
-    blank = np.full((10, 10, 3), 247)
-    drawn = blank.copy()
-    drawn[4, 2:8] = (30, 90, 200)
-    assert docs_preview.canvas_coverage(png(blank)) == (0, 1)
-    cover, colours = docs_preview.canvas_coverage(png(drawn))
-    assert abs(cover - 0.06) < 1e-12 and colours == 2
-
-
 class FakePage:
     "A driver on a page without widgets whose one canvas, `w` × `h`, chromedriver shoots as `rows`."
     def __init__(self, rows, w=64, h=48):
