@@ -40,16 +40,19 @@ def _axpy(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), alpha: wp.f
     out[i] = x[i] + alpha * dx[i]
 
 @wp.kernel
-def _axpy_bounded(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), pack: wp.array(dtype=wp.float64),
-                  normal: wp.int32, out: wp.array(dtype=wp.vec3d)):
-    "out = x + α Δx, α the step bound from the smallest per-candidate bound pack[1], as `bound_from_minimum` makes it."
+def _axpy_bounded(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), bound: wp.array(dtype=wp.float64),
+                  normal: wp.int32, halvings: wp.int32, out: wp.array(dtype=wp.vec3d)):
+    """out = x + α Δx, α the step bound from the smallest per-candidate bound bound[0], as `bound_from_minimum` makes
+    it, then halved `halvings` times as the host halves it."""
     i = wp.tid()
-    m = pack[1]
+    m = bound[0]
     alpha = wp.min(wp.float64(1.0), wp.max(wp.float64(0.0), m))
     if normal != 0:
         alpha = wp.float64(1.0)
         if not (m > wp.float64(1.0)):
             alpha = wp.max(wp.float64(0.0), wp.float64(0.9) * m)
+    for _ in range(halvings):
+        alpha = alpha * wp.float64(0.5)
     out[i] = x[i] + alpha * dx[i]
 
 @wp.kernel
@@ -78,6 +81,7 @@ class SolverIPC(newton.solvers.SolverBase):
     max|Δx|; `line_search_trials` [48]; `max_subdivisions` [7] levels of halving dt on failure;
     `step_bound` ["accd"] or "normal" (the reference implementation's); `linear_solver` ["auto": pardiso on
     the CPU, cholespy on CUDA], a name ("pardiso", "cholespy" or "cholesky", "dense", "pcg") or a `LinearSolver`;
+    `line_search_batch` [None: 1 on the CPU, 4 on CUDA] line-search trials evaluated per host read;
     `drag` [0.0 1/s] drag coefficient c of the force −c·m·v on film particles; `skin` [1.5e-3 m] candidate
     reuse distance; `sphere_particles` [None: particles on no triangle] sphere centres; `observer` [None] a
     callable that receives an `IterationInfo` after every Newton iteration; `terms` [()] extra `EnergyTerm`s
@@ -91,14 +95,16 @@ class SolverIPC(newton.solvers.SolverBase):
     """
     def __init__(self, model, *, membrane: str = "stvk", dhat: float = 1.0e-3, min_gap: float = 3.0e-5,
                  kappa: float = 1000.0, friction: float = 0.35, max_iterations: int = 150, tolerance: float = 1.2e-5,
-                 line_search_trials: int = 48, max_subdivisions: int = 7, step_bound: str = "accd",
+                 line_search_trials: int = 48, line_search_batch: int | None = None, max_subdivisions: int = 7,
+                 step_bound: str = "accd",
                  linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None,
                  terms=(), rest_contacts: str = "refuse", barrier_hessian: str = "gauss-newton"):
         super().__init__(model)
         _check_options(membrane=membrane, step_bound=step_bound, rest_contacts=rest_contacts,
                        barrier_hessian=barrier_hessian, dhat=dhat, kappa=kappa, tolerance=tolerance, min_gap=min_gap,
                        friction=friction, drag=drag, skin=skin, max_iterations=max_iterations,
-                       line_search_trials=line_search_trials, max_subdivisions=max_subdivisions, observer=observer)
+                       line_search_trials=line_search_trials, max_subdivisions=max_subdivisions, observer=observer,
+                       line_search_batch=line_search_batch)
         extra = _check_terms(terms)
         self.ipc = IPCModel.from_newton(model, sphere_particles=sphere_particles)
         if rest_contacts == "refuse": check_rest_contacts(self.ipc, dhat, min_gap, fn="SolverIPC")
@@ -113,6 +119,7 @@ class SolverIPC(newton.solvers.SolverBase):
         self.options = dict(membrane=membrane, dhat=dhat, min_gap=min_gap, kappa=kappa, friction=friction,
                             max_iterations=int(max_iterations), tolerance=tolerance,
                             line_search_trials=int(line_search_trials), max_subdivisions=int(max_subdivisions),
+                            line_search_batch=int(line_search_batch or (4 if wp.get_device(d).is_cuda else 1)),
                             step_bound=step_bound, linear_solver=self.linear.name, drag=drag, skin=skin,
                             barrier_hessian=barrier_hessian)
         self._build_terms(membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound)
@@ -159,9 +166,13 @@ def _allocate(self: SolverIPC):
     self.system = NewtonSystem(n, self.contact.fixed, device=d)
     self._blocks = HessianBlocks.allocate(1, device=d)
     self._x, self._xt, self._dx, self._z = (wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(4))
-    # [Φ, smallest step bound]: the first line-search trial reads both at once
-    self._pack, self._norms = wp.zeros(2, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
-    self._phi_acc, self._bound_min = self._pack[0:1], self._pack[1:2]
+    # [smallest step bound, Φ at trial 0, 1, …]: a batch of line-search trials reads them at once; trial j > 0 of a
+    # batch steps into self._trial_x[j - 1]
+    k = self.options["line_search_batch"]
+    self._pack, self._norms = wp.zeros(1 + k, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
+    self._bound_min, self._phi_at = self._pack[0:1], [self._pack[1 + j:2 + j] for j in range(k)]
+    self._phi_acc = self._phi_at[0]
+    self._trial_x = [wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(k - 1)]
     self._reach, self._reads = wp.zeros(1, dtype=wp.float64, device=d), ScalarReads(d)
     self._near, self._outside = None, None
     self.last_stats: StepStats | None = None
@@ -325,26 +336,43 @@ def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
 
 # %% ../nbs/10_solver.ipynb #66803756
 @patch
+def _launch_trials(self: SolverIPC, x: wp.array, alpha: float | None, k: int):
+    """Launch k line-search trials, nothing read: trial j steps to x + α/2ʲ Δx (trial 0 into self._xt, trial j > 0 into
+    self._trial_x[j − 1]) and sums Φ there into self._phi_at[j]. α None: the CCD bound still on the device
+    (self._bound_min), made into α and halved there."""
+    dev, normal = self.device, wp.int32(self.options["step_bound"] == "normal")
+    self._pack[1:1 + k].zero_()
+    for j in range(k):
+        xt = self._xt if j == 0 else self._trial_x[j - 1]
+        if alpha is None:
+            wp.launch(_axpy_bounded, dim=len(x), inputs=[x, self._dx, self._bound_min, normal, wp.int32(j), xt],
+                      device=dev)
+        else:
+            wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(alpha), xt], device=dev)
+            alpha *= 0.5
+        for t in self.terms: t.add_energy(xt, self._phi_at[j])
+
+@patch
 def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, it: int, converged: bool, st: StepStats):
     """Armijo backtracking along self._dx into self._xt from the CCD bound α, which is still on the device
-    (self._bound_min): the first trial steps by it there and reads it back with Φ. Returns (α, Φ(x + αΔx)), or None when
-    a converged step is kept."""
-    o, dev = self.options, self.device
-    for trial in range(o["line_search_trials"]):
-        st.line_search_trials += 1
-        if trial == 0:
-            normal = wp.int32(o["step_bound"] == "normal")
-            wp.launch(_axpy_bounded, dim=len(x), inputs=[x, self._dx, self._pack, normal, self._xt], device=dev)
-            self._phi_acc.zero_()
-            for t in self.terms: t.add_energy(self._xt, self._phi_acc)
-            phi_t, m = (float(v) for v in read_back(self._pack))
-            alpha = bound_from_minimum(m, o["step_bound"])
-        else:
-            wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(alpha), self._xt], device=dev)
-            phi_t = self._phi(self._xt)
-        if phi_t <= phi + 1e-4 * alpha * slope:
-            return alpha, phi_t
-        alpha *= 0.5
+    (self._bound_min): trials go in batches of `line_search_batch` (α, α/2, …), each batch read once (the first with
+    the bound), and the first trial that passes is taken. Returns (α, Φ(x + αΔx)), or None when a converged step is
+    kept."""
+    o = self.options
+    alpha, left = None, o["line_search_trials"]
+    while left > 0:
+        k = min(o["line_search_batch"], left)
+        self._launch_trials(x, alpha, k)
+        values = read_back(self._pack[0:1 + k])
+        if alpha is None: alpha = bound_from_minimum(float(values[0]), o["step_bound"])
+        for j in range(k):
+            st.line_search_trials += 1
+            phi_t = float(values[1 + j])
+            if phi_t <= phi + 1e-4 * alpha * slope:
+                if j > 0: wp.copy(self._xt, self._trial_x[j - 1])
+                return alpha, phi_t
+            alpha *= 0.5
+        left -= k
     if converged: return None      # already within tolerance: keep x
     raise StepFailure(f"line search failed after {o['line_search_trials']} trials (iteration {it})")
 
