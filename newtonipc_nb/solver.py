@@ -166,13 +166,14 @@ def _allocate(self: SolverIPC):
     self.system = NewtonSystem(n, self.contact.fixed, device=d)
     self._blocks = HessianBlocks.allocate(1, device=d)
     self._x, self._xt, self._dx, self._z = (wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(4))
-    # [smallest step bound, Φ at trial 0, 1, …]: a batch of line-search trials reads them at once; trial j > 0 of a
-    # batch steps into self._trial_x[j - 1]
+    # [smallest step bound, Φ at trial 0, 1, …]: a batch of line-search trials reads them at once; in batches of more
+    # than one, trial j steps into self._trial_x[j] (the taken one is copied to self._xt), else into self._xt
     k = self.options["line_search_batch"]
     self._pack, self._norms = wp.zeros(1 + k, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
     self._bound_min, self._phi_at = self._pack[0:1], [self._pack[1 + j:2 + j] for j in range(k)]
     self._phi_acc = self._phi_at[0]
-    self._trial_x = [wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(k - 1)]
+    self._trial_x = [wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(k)] if k > 1 else []
+    self._first = None              # the first batch's [bound, Φ…], read with the direction
     self._reach, self._reads = wp.zeros(1, dtype=wp.float64, device=d), ScalarReads(d)
     self._near, self._outside = None, None
     self.last_stats: StepStats | None = None
@@ -279,7 +280,7 @@ def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats) -> LinearSolv
     cover that motion and its near set; nothing is read. A failed factorisation or solve is returned, not raised."""
     with _Timer(st.times, "assembly"):
         self._assemble(x)
-    self._outside = None
+    self._outside, self._early = None, False
     try:
         with _Timer(st.times, "factorisation"):
             self.linear.prepare(self.system)
@@ -297,7 +298,22 @@ def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats) -> LinearSolv
         self._outside = self.search.covers_launch(x, self._xt)
         if self._outside is not None:
             self._near = self.barrier.near_launch(x, self._reach, self._near, flag=self._outside)
+    if self._outside is not None and self.options["line_search_batch"] > 1 and not self.user_terms:
+        self._launch_first_batch(x, st)
     return None
+
+@patch
+def _launch_first_batch(self: SolverIPC, x: wp.array, st: StepStats):
+    """The step bound over the near set just launched and the first batch of line-search trials, launched before that
+    set's count is read: both run as many threads as the whole candidate set has, those past the count on the device
+    idle. Their values come back with the direction (a user's term may want the count on the host: not with those)."""
+    near, count, o = self._near, self.barrier.near_count, self.options
+    with _Timer(st.times, "ccd"):
+        self._bound.launch(near, x, self._dx, self._bound_min, count=count, dim=self.search.contacts.count)
+    with _Timer(st.times, "line_search"):
+        self.barrier.restrict(near, count)
+        self._launch_trials(x, None, min(o["line_search_batch"], o["line_search_trials"]))
+    self._early = True
 
 # %% ../nbs/10_solver.ipynb #2f5e9b1d
 @patch
@@ -307,8 +323,11 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
     (∇Φ·Δx, max|Δx| over components, max ‖Δxᵢ‖ over particles) from one host read."""
     for _ in range(3):
         failed = self._launch_direction(x, st)
-        norms, flags, prepared, near = self._reads.read(self._norms, self.system.flags, self.barrier.prepared_scalars,
-                                                        self.barrier.near_scalars)
+        k = min(self.options["line_search_batch"], self.options["line_search_trials"])
+        first = [self._pack[0:1 + k]] if self._early else []     # the first line-search batch, when launched
+        norms, flags, prepared, near, *first = self._reads.read(self._norms, self.system.flags,
+                                                                self.barrier.prepared_scalars,
+                                                                self.barrier.near_scalars, *first)
         fits = self.barrier.settle_prepare(prepared)
         if not self.system.settle(flags):          # a block outside the pattern: it has grown, assemble again
             st.patterns += 1
@@ -323,6 +342,7 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
         if not (math.isfinite(slope) and math.isfinite(max_dx)):
             raise StepFailure("non-finite Newton direction")
         if self._outside is not None: self.barrier.settle_near(self._near, near)
+        self._first = first[0] if first else None
         return slope, max_dx, max_move
     raise AssertionError("three assemblies at one iterate: a block still outside the grown pattern, or more active "
                          "contacts than slots for every candidate")
@@ -337,13 +357,13 @@ def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
 # %% ../nbs/10_solver.ipynb #66803756
 @patch
 def _launch_trials(self: SolverIPC, x: wp.array, alpha: float | None, k: int):
-    """Launch k line-search trials, nothing read: trial j steps to x + α/2ʲ Δx (trial 0 into self._xt, trial j > 0 into
-    self._trial_x[j − 1]) and sums Φ there into self._phi_at[j]. α None: the CCD bound still on the device
+    """Launch k line-search trials, nothing read: trial j steps to x + α/2ʲ Δx (into self._trial_x[j], or self._xt when
+    trials go one at a time) and sums Φ there into self._phi_at[j]. α None: the CCD bound still on the device
     (self._bound_min), made into α and halved there."""
     dev, normal = self.device, wp.int32(self.options["step_bound"] == "normal")
     self._pack[1:1 + k].zero_()
     for j in range(k):
-        xt = self._xt if j == 0 else self._trial_x[j - 1]
+        xt = self._trial_x[j] if self._trial_x else self._xt
         if alpha is None:
             wp.launch(_axpy_bounded, dim=len(x), inputs=[x, self._dx, self._bound_min, normal, wp.int32(j), xt],
                       device=dev)
@@ -356,23 +376,24 @@ def _launch_trials(self: SolverIPC, x: wp.array, alpha: float | None, k: int):
 def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, it: int, converged: bool, st: StepStats):
     """Armijo backtracking along self._dx into self._xt from the CCD bound α, which is still on the device
     (self._bound_min): trials go in batches of `line_search_batch` (α, α/2, …), each batch read once (the first with
-    the bound), and the first trial that passes is taken. Returns (α, Φ(x + αΔx)), or None when a converged step is
-    kept."""
+    the bound, or already read with the direction: self._first), and the first trial that passes is taken. Returns
+    (α, Φ(x + αΔx)), or None when a converged step is kept."""
     o = self.options
-    alpha, left = None, o["line_search_trials"]
+    alpha, left, values = None, o["line_search_trials"], self._first
     while left > 0:
         k = min(o["line_search_batch"], left)
-        self._launch_trials(x, alpha, k)
-        values = read_back(self._pack[0:1 + k])
+        if values is None:
+            self._launch_trials(x, alpha, k)
+            values = read_back(self._pack[0:1 + k])
         if alpha is None: alpha = bound_from_minimum(float(values[0]), o["step_bound"])
         for j in range(k):
             st.line_search_trials += 1
             phi_t = float(values[1 + j])
             if phi_t <= phi + 1e-4 * alpha * slope:
-                if j > 0: wp.copy(self._xt, self._trial_x[j - 1])
+                if self._trial_x: wp.copy(self._xt, self._trial_x[j])
                 return alpha, phi_t
             alpha *= 0.5
-        left -= k
+        left, values = left - k, None
     if converged: return None      # already within tolerance: keep x
     raise StepFailure(f"line search failed after {o['line_search_trials']} trials (iteration {it})")
 
@@ -398,12 +419,14 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
             if self._outside is None or self.barrier.flag:
                 self.search.build(x, self._xt)
                 self._near = self.barrier.near(x, 2.0 * max_move * _GROW + _PAD, self._near)
+                self._first = None              # the first batch ran over the old set's near candidates
             else:
                 self.search.stats["reuses"] += 1
             near = self._near
             self._restrict(near)
         with _Timer(st.times, "ccd"):
-            self._bound.launch(near, x, self._dx, self._bound_min)      # read with the first trial's Φ
+            if self._first is None:     # else launched with the direction and read with it
+                self._bound.launch(near, x, self._dx, self._bound_min)      # read with the first trial's Φ
         if not slope < 0:
             if not converged: raise StepFailure(f"Newton direction is not a descent direction (∇Φ·Δx = {slope:.3e})")
         else:
