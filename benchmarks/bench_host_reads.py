@@ -38,6 +38,7 @@ import warp as wp  # noqa: E402
 
 import newtonipc_nb  # noqa: E402
 from newtonipc_nb.scenes.bag_run import run_bag  # noqa: E402
+from newtonipc_nb.line_search import LineSearch  # noqa: E402
 from newtonipc_nb.solver import SolverIPC  # noqa: E402
 
 SMALL = 16                                   # entries: at most this many is a scalar read
@@ -62,7 +63,7 @@ class Counter:
         return " ← ".join(names) or "outside the package"
 
     def install(self):
-        numpy, iteration, step, trials = wp.array.numpy, SolverIPC._iteration, SolverIPC.step, SolverIPC._launch_trials
+        numpy, iteration, step, trials = wp.array.numpy, SolverIPC._iteration, SolverIPC.step, LineSearch.launch
         counter = self
 
         def counted_numpy(a):
@@ -85,14 +86,14 @@ class Counter:
             try: return step(solver, *args, **kw)
             finally: counter._in_step -= 1
 
-        def counted_trials(solver, x, alpha, k):
+        def counted_trials(ls, terms, x, dx, xt, alpha, k):
             if counter._in_iteration: counter.evaluated += k
-            return trials(solver, x, alpha, k)
+            return trials(ls, terms, x, dx, xt, alpha, k)
 
         wp.array.numpy, SolverIPC._iteration, SolverIPC.step = counted_numpy, counted_iteration, counted_step
-        SolverIPC._launch_trials = counted_trials
+        LineSearch.launch = counted_trials
         return lambda: setattr(wp.array, "numpy", numpy) or setattr(SolverIPC, "_iteration", iteration) or setattr(
-            SolverIPC, "step", step) or setattr(SolverIPC, "_launch_trials", trials)
+            SolverIPC, "step", step) or setattr(LineSearch, "launch", trials)
 
     def table(self) -> dict:
         per_it, per_step = self.iterations or 1, self.steps or 1

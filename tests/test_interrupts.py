@@ -9,6 +9,7 @@ import newtonipc_nb.solver as solver_module
 from newtonipc_nb.barrier import BarrierTerm
 from newtonipc_nb.candidates import CandidateSearch
 from newtonipc_nb.friction import FrictionTerm
+from newtonipc_nb.line_search import LineSearch
 from newtonipc_nb.linear import NewtonSystem, PardisoSolver, ScalarCSR
 from newtonipc_nb.scenes.bag_run import apply_controls
 from newtonipc_nb.scenes.bag_scene import BagScene
@@ -94,7 +95,7 @@ def references():
 # the batched line search (CUDA's default): its first batch goes with the direction, the later ones have a read each
 BATCHED_POINTS = {
     "first line-search batch launched with the direction": (SolverIPC, "_launch_first_batch", "after", 2, None),
-    "a line-search batch launched, not read": (SolverIPC, "_launch_trials", "after", 3, None),
+    "a line-search batch launched, not read": (LineSearch, "launch", "after", 3, None),
     "line search done": POINTS["line search done"],
     "second Newton iteration done": POINTS["second Newton iteration done"],
 }
