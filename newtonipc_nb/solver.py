@@ -75,9 +75,9 @@ class SolverIPC(newton.solvers.SolverBase):
     def __init__(self, model, *, membrane: str = "stvk", dhat: float = 1.0e-3, min_gap: float = 3.0e-5,
                  kappa: float = 1000.0, friction: float = 0.35, max_iterations: int = 150, tolerance: float = 1.2e-5,
                  line_search_trials: int = 48, line_search_batch: int | None = None, max_subdivisions: int = 7,
-                 step_bound: str = "accd",
-                 linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None,
-                 terms=(), rest_contacts: str = "refuse", barrier_hessian: str = "gauss-newton"):
+                 step_bound: str = "accd", linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3,
+                 sphere_particles=None, observer=None, terms=(), rest_contacts: str = "refuse",
+                 barrier_hessian: str = "gauss-newton"):
         super().__init__(model)
         _check_options(membrane=membrane, step_bound=step_bound, rest_contacts=rest_contacts,
                        barrier_hessian=barrier_hessian, dhat=dhat, kappa=kappa, tolerance=tolerance, min_gap=min_gap,
