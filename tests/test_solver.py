@@ -9,6 +9,7 @@ import warp as wp
 import newton
 from newtonipc_nb.intersections import count_intersections
 from newtonipc_nb.linear import PardisoSolver
+from newtonipc_nb.supports import SupportTerm
 
 from newtonipc_nb.solver import SolverIPC
 from newtonipc_nb.solver_interface import SolverError
@@ -210,7 +211,8 @@ def test_nothing_to_move_is_a_converged_step():
                                            ("tolerance", 0.0), ("dhat", float("nan")), ("kappa", -1.0),
                                            ("friction", -0.1), ("min_gap", 2e-3), ("skin", float("inf")),
                                            ("membrane", "linear"), ("step_bound", "exact"), ("linear_solver", "lu"),
-                                           ("max_iterations", 2.5), ("observer", 3), ("barrier_hessian", "exact")])
+                                           ("max_iterations", 2.5), ("observer", 3), ("barrier_hessian", "exact"),
+                                           ("line_search_batch", 0), ("line_search_batch", 2.0)])
 def test_bad_options_are_refused_at_construction(option, value):
     model, _ = hinge_scene("vt")
     with pytest.raises(ValueError, match=option):
@@ -294,14 +296,19 @@ def test_batched_line_search_reads_once_per_newton_iteration(monkeypatch):
     assert [r[1:] for r in rows] == [r[1:] for r in rows1] and np.array_equal(x, x1)
 
 
-@pytest.mark.parametrize("step_bound", ["accd", "normal"])
-def test_batched_line_search_takes_the_sequential_steps(step_bound):
-    """Batches of 3 trials (the first launched with the direction, over the near set still counted on the device) take
-    the trial the sequential search takes: the same steps, bit for bit, backtracking included."""
+@pytest.mark.parametrize("step_bound, user_term", [("accd", False), ("normal", False), ("accd", True)])
+def test_batched_line_search_takes_the_sequential_steps(step_bound, user_term):
+    """Batches of 3 trials (the first launched with the direction, over the near set still counted on the device; with
+    a user's term, read after the near set) take the trial the sequential search takes: the same steps, bit for bit,
+    backtracking included."""
     runs = []
     for batch in (1, 3):
         model, s0 = hinge_scene("ee", speed=3.0)
-        solver = SolverIPC(model, step_bound=step_bound, line_search_batch=batch,
+        extra = []
+        if user_term:                           # a support pulling the hinge's first particle sideways
+            extra = [SupportTerm(device="cpu")]
+            extra[0].set([0], s0.particle_q.numpy()[:1].astype(np.float64) + [0.002, 0.0, 0.0], 0.5)
+        solver = SolverIPC(model, step_bound=step_bound, line_search_batch=batch, terms=extra,
                            linear_solver=PardisoSolver(threads=1))
         s1, stats = model.state(), []
         for _ in range(12):
