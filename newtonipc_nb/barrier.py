@@ -85,18 +85,34 @@ def _gaps_kernel(x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), k
     w, r = _candidate(pairs[c], kinds[c], x)
     gaps[c] = wp.length(r) - offsets[c]
 
-@wp.kernel
-def _barrier_energy_kernel(
-    x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
-    offsets: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64, energy: wp.array(dtype=wp.float64)):
-    "Σ B(g) into energy[0]; a closed gap (g ≤ 0) adds +inf."
-    c = wp.tid()
+@wp.func
+def _add_barrier(c: int, x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
+                 offsets: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64,
+                 energy: wp.array(dtype=wp.float64)):
+    "Add candidate c's B(g) into energy[0]; a closed gap (g ≤ 0) adds +inf."
     w, r = _candidate(pairs[c], kinds[c], x)
     g = wp.length(r) - offsets[c]
     if not (g > wp.float64(0.0)):
         wp.atomic_add(energy, 0, wp.float64(wp.inf))
     elif g < dhat:
         wp.atomic_add(energy, 0, barrier(g, dhat, k))
+
+@wp.kernel
+def _barrier_energy_kernel(
+    x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
+    offsets: wp.array(dtype=wp.float64), dhat: wp.float64, k: wp.float64, energy: wp.array(dtype=wp.float64)):
+    "Σ B(g) into energy[0]; a closed gap (g ≤ 0) adds +inf."
+    _add_barrier(wp.tid(), x, pairs, kinds, offsets, dhat, k, energy)
+
+@wp.kernel
+def _barrier_energy_counted_kernel(
+    x: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
+    offsets: wp.array(dtype=wp.float64), count: wp.array(dtype=wp.int32), dhat: wp.float64, k: wp.float64,
+    energy: wp.array(dtype=wp.float64)):
+    "Σ B(g) over the first count[0] candidates (a count still on the device); the threads past them idle."
+    c = wp.tid()
+    if c < count[0]:
+        _add_barrier(c, x, pairs, kinds, offsets, dhat, k, energy)
 
 # %% ../nbs/05_contact_barrier.ipynb #a618c8c2
 @wp.kernel
@@ -420,10 +436,15 @@ class BarrierTerm(EnergyTerm):
         self._no_flag = wp.zeros(1, dtype=wp.int32, device=cs.device)
         self.flag = 0                       # the caller's flag read with the last near set's count
         self._prepared, self._unread, self._every_slot, self._active_n = None, None, False, 0
-        self._scope = None
+        self._scope, self._scope_count = None, None
 
     @property
     def contacts(self) -> ContactSet: return _resolve_contacts(self.provider)
+
+    @property
+    def near_count(self) -> wp.array:
+        "The last `near_launch`'s count of near candidates on the device (int32[1]), before `settle_near` reads it."
+        return self._near_count
 
     def _check_x(self, x, cs, name="x"):
         if not isinstance(x, wp.array): raise TypeError(f"BarrierTerm: {name} must be a 1-d wp.array(dtype=wp.vec3d)")
@@ -455,10 +476,11 @@ def energy(self: BarrierTerm, x: wp.array) -> float:
     return float(e.numpy()[0])
 
 @patch
-def restrict(self: BarrierTerm, contacts: ContactSet | None) -> None:
+def restrict(self: BarrierTerm, contacts: ContactSet | None, count: wp.array | None = None) -> None:
     """Evaluate the energy over `contacts` (a `near` subset that holds every candidate that can be active) until told
-    otherwise; None: all."""
-    self._scope = contacts
+    otherwise; None: all. `count`: `contacts`' count while it is still on the device (`near_count` after
+    `near_launch`): the energy then runs as many threads as the whole set has, those past the count idle."""
+    self._scope, self._scope_count = contacts, count
 
 @patch
 def add_energy(self: BarrierTerm, x: wp.array, out: wp.array, contacts: ContactSet | None = None) -> None:
@@ -466,7 +488,13 @@ def add_energy(self: BarrierTerm, x: wp.array, out: wp.array, contacts: ContactS
     `restrict`ed set, else all)."""
     cs = contacts if contacts is not None else self._scope if self._scope is not None else self.contacts
     self._check_x(x, cs)
-    if cs.count:
+    if contacts is None and self._scope is not None and self._scope_count is not None:
+        n = min(self.contacts.count, cs.capacity)
+        if n:
+            wp.launch(_barrier_energy_counted_kernel, dim=n, device=cs.device,
+                      inputs=[x, cs.pairs, cs.kind, cs.offset, self._scope_count,
+                              wp.float64(self.dhat), wp.float64(self.kappa)], outputs=[out])
+    elif cs.count:
         wp.launch(_barrier_energy_kernel, dim=cs.count, device=cs.device,
                   inputs=[x, cs.pairs, cs.kind, cs.offset,
                           wp.float64(self.dhat),

@@ -39,20 +39,17 @@ def _approach(kind: wp.int32, u0: wp.float64, u1: wp.float64, u2: wp.float64, u3
         a = wp.max(wp.max(u1, u2), u3) - u0
     return a
 
-@wp.kernel
-def _normal_bound_kernel(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i),
-                         kinds: wp.array(dtype=wp.int32), offset: wp.array(dtype=wp.float64),
-                         out: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    p = pairs[i]
-    k = kinds[i]
+@wp.func
+def _normal_bound(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), p: wp.vec4i, k: wp.int32,
+                  off: wp.float64) -> wp.float64:
+    "The normal step bound of one candidate (pair p, kind k, offset off): its gap over its normal approach along dx."
     x0 = x[p[0]]
     x1 = x[p[1]]
     x2 = x[p[2]]
     x3 = x[p[3]]
     r = weighted_sum(candidate_weights(k, x0, x1, x2, x3), x0, x1, x2, x3)
     d = wp.length(r)
-    g = d - offset[i]
+    g = d - off
     scale = wp.max(wp.max(_max_abs(x0), _max_abs(x1)), wp.max(_max_abs(x2), _max_abs(x3)))
     res = _BIG
     if g <= _EPS_FP * scale:
@@ -62,7 +59,14 @@ def _normal_bound_kernel(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3
         a = _approach(k, wp.dot(n, dx[p[0]]), wp.dot(n, dx[p[1]]), wp.dot(n, dx[p[2]]), wp.dot(n, dx[p[3]]))
         if a > wp.float64(0.0):
             res = g / a
-    out[i] = res
+    return res
+
+@wp.kernel
+def _normal_bound_kernel(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i),
+                         kinds: wp.array(dtype=wp.int32), offset: wp.array(dtype=wp.float64),
+                         out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[i] = _normal_bound(x, dx, pairs[i], kinds[i], offset[i])
 
 # %% ../nbs/06_ccd.ipynb #ad9bd268
 @wp.func
@@ -231,6 +235,31 @@ def bound_from_minimum(m: float, method: str = "accd") -> float:
         return 1.0 if m > 1.0 else max(0.0, 0.9 * m)
     return min(1.0, max(0.0, m))
 
+# %% ../nbs/06_ccd.ipynb #c0a7e5d2
+@wp.kernel
+def _accd_counted_kernel(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i),
+                         kinds: wp.array(dtype=wp.int32), offset: wp.array(dtype=wp.float64), eta: wp.float64,
+                         max_iter: wp.int32, count: wp.array(dtype=wp.int32), out: wp.array(dtype=wp.vec2d)):
+    "`_accd_contacts_kernel` over the first count[0] candidates; the threads past them write (+∞, 0)."
+    i = wp.tid()
+    if i < count[0]:
+        p = pairs[i]
+        out[i] = _accd(kinds[i], x[p[0]], x[p[1]], x[p[2]], x[p[3]], dx[p[0]], dx[p[1]], dx[p[2]], dx[p[3]], offset[i],
+                       eta, max_iter)
+    else:
+        out[i] = wp.vec2d(wp.float64(wp.inf), wp.float64(0.0))
+
+@wp.kernel
+def _normal_bound_counted_kernel(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d),
+                                 pairs: wp.array(dtype=wp.vec4i), kinds: wp.array(dtype=wp.int32),
+                                 offset: wp.array(dtype=wp.float64), count: wp.array(dtype=wp.int32),
+                                 out: wp.array(dtype=wp.float64)):
+    "`_normal_bound_kernel` over the first count[0] candidates; the threads past them write +∞."
+    i = wp.tid()
+    out[i] = wp.float64(wp.inf)
+    if i < count[0]:
+        out[i] = _normal_bound(x, dx, pairs[i], kinds[i], offset[i])
+
 # %% ../nbs/06_ccd.ipynb #536f858b
 @wp.kernel
 def _min_toi(b: wp.array(dtype=wp.vec2d), out: wp.array(dtype=wp.float64)):
@@ -257,20 +286,24 @@ class DeviceStepBound:
         self.launch(cs, x, dx, self._min)
         return bound_from_minimum(float(read_back(self._min)[0]), self.method)
 
-    def launch(self, cs: ContactSet, x: wp.array, dx: wp.array, out: wp.array):
+    def launch(self, cs: ContactSet, x: wp.array, dx: wp.array, out: wp.array, count: wp.array | None = None,
+               dim: int = 0):
         """Only launch: the smallest per-candidate bound goes into out[0] on the device (+inf without candidates), for
-        the caller to read with other scalars (`bound_from_minimum` turns it into α)."""
-        m, d = cs.count, self.device
+        the caller to read with other scalars (`bound_from_minimum` turns it into α). With `count`, `cs`'s count is
+        still on the device (int32[1], at most `dim` ≤ its capacity): `dim` threads run, those past the count idle."""
+        m, d = cs.count if count is None else dim, self.device
         out.fill_(math.inf)
         if m == 0: return
         if self._bounds.shape[0] < m: self._bounds = wp.zeros(int(1.5 * m), dtype=self._bounds.dtype, device=d)
+        args = [x, dx, cs.pairs, cs.kind, cs.offset]
         if self.method == "accd":
-            wp.launch(_accd_contacts_kernel, dim=m, device=d, outputs=[self._bounds],
-                      inputs=[x, dx, cs.pairs, cs.kind, cs.offset, wp.float64(self.eta), wp.int32(self.max_iter)])
+            args += [wp.float64(self.eta), wp.int32(self.max_iter)]
+            wp.launch(_accd_contacts_kernel if count is None else _accd_counted_kernel, dim=m, device=d,
+                      inputs=args if count is None else args + [count], outputs=[self._bounds])
             wp.launch(_min_toi, dim=m, inputs=[self._bounds, out], device=d)
         else:
-            wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[x, dx, cs.pairs, cs.kind, cs.offset],
-                      outputs=[self._bounds])
+            wp.launch(_normal_bound_kernel if count is None else _normal_bound_counted_kernel, dim=m, device=d,
+                      inputs=args if count is None else args + [count], outputs=[self._bounds])
             wp.launch(_min_bound, dim=m, inputs=[self._bounds, out], device=d)
 
 def step_bound(contacts: ContactSet, x, dx, *, method: str = "accd", eta: float = ACCD_ETA,

@@ -22,10 +22,11 @@ from .barrier import BarrierTerm
 from .candidates import CandidateSearch
 from .distances import CONTACT_KINDS, KIND_BY_CODE
 from .obstacles import first_inside, obstacles_from_newton, with_obstacles
-from .ccd import DeviceStepBound, bound_from_minimum, candidate_step_bounds, fp32_gap_check
+from .ccd import DeviceStepBound, candidate_step_bounds, fp32_gap_check
 from .intersections import count_intersections
 from .friction import FrictionTerm
 from .linear import LinearSolveError, NewtonSystem, make_linear_solver
+from .line_search import LineSearch, _axpy
 from .rest_contacts import check_rest_contacts
 from .solver_interface import (MIN_DT, IterationInfo, SolverError, StepFailure, StepStats, _Timer,
                                            _check_options, _check_terms)
@@ -34,24 +35,6 @@ from .solver_interface import (MIN_DT, IterationInfo, SolverError, StepFailure, 
 __all__ = ['SolverIPC']
 
 # %% ../nbs/10_solver.ipynb #9dc52d9c
-@wp.kernel
-def _axpy(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), alpha: wp.float64, out: wp.array(dtype=wp.vec3d)):
-    i = wp.tid()
-    out[i] = x[i] + alpha * dx[i]
-
-@wp.kernel
-def _axpy_bounded(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), pack: wp.array(dtype=wp.float64),
-                  normal: wp.int32, out: wp.array(dtype=wp.vec3d)):
-    "out = x + α Δx, α the step bound from the smallest per-candidate bound pack[1], as `bound_from_minimum` makes it."
-    i = wp.tid()
-    m = pack[1]
-    alpha = wp.min(wp.float64(1.0), wp.max(wp.float64(0.0), m))
-    if normal != 0:
-        alpha = wp.float64(1.0)
-        if not (m > wp.float64(1.0)):
-            alpha = wp.max(wp.float64(0.0), wp.float64(0.9) * m)
-    out[i] = x[i] + alpha * dx[i]
-
 @wp.kernel
 def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.float64)):
     "out[0] += ∇Φ·Δx (the slope), out[1] = max |Δx| over all components, out[2] = max ‖Δxᵢ‖ over particles."
@@ -72,49 +55,50 @@ def _reach(norms: wp.array(dtype=wp.float64), grow: wp.float64, pad: wp.float64,
 class SolverIPC(newton.solvers.SolverBase):
     """Incremental Potential Contact for thin films with sphere contents.
 
-    Keyword-only options (defaults in brackets): `membrane` ["stvk"] or "neohookean"; `dhat` [1.0e-3 m]
-    barrier activation distance; `min_gap` [3.0e-5 m]; `kappa` [1000 N/m] barrier stiffness; `friction`
-    [0.35] coefficient μ; `max_iterations` [150] Newton iterations per step; `tolerance` [1.2e-5 m] on
-    max|Δx|; `line_search_trials` [48]; `max_subdivisions` [7] levels of halving dt on failure;
-    `step_bound` ["accd"] or "normal" (the reference implementation's); `linear_solver` ["auto": pardiso on
-    the CPU, cholespy on CUDA], a name ("pardiso", "cholespy" or "cholesky", "dense", "pcg") or a `LinearSolver`;
-    `drag` [0.0 1/s] drag coefficient c of the force −c·m·v on film particles; `skin` [1.5e-3 m] candidate
-    reuse distance; `sphere_particles` [None: particles on no triangle] sphere centres; `observer` [None] a
-    callable that receives an `IterationInfo` after every Newton iteration; `terms` [()] extra `EnergyTerm`s
-    added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape holds film–film pairs inside
-    `dhat` (a sheet that would lock) is refused with an error naming a `dhat` that works (see
-    `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["gauss-newton"]
-    (B″∇g∇gᵀ per contact) or "projected" (each contact's whole Hessian projected to PSD; see `BarrierTerm`).
+    Keyword-only options (defaults in brackets): `membrane` ["stvk"] or "neohookean"; `dhat` [1.0e-3 m] barrier
+    activation distance; `min_gap` [3.0e-5 m]; `kappa` [1000 N/m] barrier stiffness; `friction` [0.35] coefficient
+    μ; `max_iterations` [150] Newton iterations per step; `tolerance` [1.2e-5 m] on max|Δx|; `line_search_trials`
+    [48]; `line_search_batch` [None: 1 on the CPU, 4 on CUDA] trials per host read (`LineSearch`);
+    `max_subdivisions` [7] levels of halving dt on failure; `step_bound` ["accd"] or "normal" (the reference
+    implementation's); `linear_solver` ["auto": pardiso on the CPU, cholespy on CUDA], a name ("pardiso", "cholespy"
+    or "cholesky", "dense", "pcg") or a `LinearSolver`; `drag` [0.0 1/s] drag coefficient c of the force −c·m·v on
+    film particles; `skin` [1.5e-3 m] candidate reuse distance; `sphere_particles` [None: particles on no triangle]
+    sphere centres; `observer` [None] a callable that receives an `IterationInfo` after every Newton iteration;
+    `terms` [()] extra `EnergyTerm`s added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape
+    holds film–film pairs inside `dhat` (a sheet that would lock) is refused with an error naming a `dhat` that
+    works (see `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["gauss-newton"] (B″∇g∇gᵀ per
+    contact) or "projected" (each contact's whole Hessian projected to PSD; see `BarrierTerm`).
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
     """
     def __init__(self, model, *, membrane: str = "stvk", dhat: float = 1.0e-3, min_gap: float = 3.0e-5,
                  kappa: float = 1000.0, friction: float = 0.35, max_iterations: int = 150, tolerance: float = 1.2e-5,
-                 line_search_trials: int = 48, max_subdivisions: int = 7, step_bound: str = "accd",
-                 linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None,
-                 terms=(), rest_contacts: str = "refuse", barrier_hessian: str = "gauss-newton"):
+                 line_search_trials: int = 48, line_search_batch: int | None = None, max_subdivisions: int = 7,
+                 step_bound: str = "accd", linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3,
+                 sphere_particles=None, observer=None, terms=(), rest_contacts: str = "refuse",
+                 barrier_hessian: str = "gauss-newton"):
         super().__init__(model)
         _check_options(membrane=membrane, step_bound=step_bound, rest_contacts=rest_contacts,
                        barrier_hessian=barrier_hessian, dhat=dhat, kappa=kappa, tolerance=tolerance, min_gap=min_gap,
                        friction=friction, drag=drag, skin=skin, max_iterations=max_iterations,
-                       line_search_trials=line_search_trials, max_subdivisions=max_subdivisions, observer=observer)
+                       line_search_trials=line_search_trials, max_subdivisions=max_subdivisions, observer=observer,
+                       line_search_batch=line_search_batch)
         extra = _check_terms(terms)
         self.ipc = IPCModel.from_newton(model, sphere_particles=sphere_particles)
         if rest_contacts == "refuse": check_rest_contacts(self.ipc, dhat, min_gap, fn="SolverIPC")
         d = self.ipc.device
         self.obstacles = obstacles_from_newton(model, self.ipc.particle_count, friction)
-        body_q = model.body_q.numpy() if model.body_q is not None and model.body_count else None
-        self._body_q = body_q
+        self._body_q = body_q = model.body_q.numpy() if model.body_q is not None and model.body_count else None
         # the contact model: the model's particles, then the obstacle points (fixed, massless)
         self.contact = with_obstacles(self.ipc, self.obstacles, self.obstacles.positions(body_q))
         self.linear = make_linear_solver(linear_solver, device=d)
         self.observer = observer
         self.options = dict(membrane=membrane, dhat=dhat, min_gap=min_gap, kappa=kappa, friction=friction,
-                            max_iterations=int(max_iterations), tolerance=tolerance,
+                            max_iterations=int(max_iterations), tolerance=tolerance, step_bound=step_bound,
                             line_search_trials=int(line_search_trials), max_subdivisions=int(max_subdivisions),
-                            step_bound=step_bound, linear_solver=self.linear.name, drag=drag, skin=skin,
-                            barrier_hessian=barrier_hessian)
+                            line_search_batch=int(line_search_batch or (4 if wp.get_device(d).is_cuda else 1)),
+                            linear_solver=self.linear.name, drag=drag, skin=skin, barrier_hessian=barrier_hessian)
         self._build_terms(membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound)
         self.user_terms = extra
         self._allocate()
@@ -159,9 +143,10 @@ def _allocate(self: SolverIPC):
     self.system = NewtonSystem(n, self.contact.fixed, device=d)
     self._blocks = HessianBlocks.allocate(1, device=d)
     self._x, self._xt, self._dx, self._z = (wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(4))
-    # [Φ, smallest step bound]: the first line-search trial reads both at once
-    self._pack, self._norms = wp.zeros(2, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
-    self._phi_acc, self._bound_min = self._pack[0:1], self._pack[1:2]
+    o = self.options
+    self._ls = LineSearch(n, batch=o["line_search_batch"], trials=o["line_search_trials"], step_bound=o["step_bound"],
+                          device=d)
+    self._phi_acc, self._norms = wp.zeros(1, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
     self._reach, self._reads = wp.zeros(1, dtype=wp.float64, device=d), ScalarReads(d)
     self._near, self._outside = None, None
     self.last_stats: StepStats | None = None
@@ -268,7 +253,7 @@ def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats) -> LinearSolv
     cover that motion and its near set; nothing is read. A failed factorisation or solve is returned, not raised."""
     with _Timer(st.times, "assembly"):
         self._assemble(x)
-    self._outside = None
+    self._outside, self._early = None, False
     try:
         with _Timer(st.times, "factorisation"):
             self.linear.prepare(self.system)
@@ -286,7 +271,22 @@ def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats) -> LinearSolv
         self._outside = self.search.covers_launch(x, self._xt)
         if self._outside is not None:
             self._near = self.barrier.near_launch(x, self._reach, self._near, flag=self._outside)
+    if self._outside is not None and self.options["line_search_batch"] > 1 and not self.user_terms:
+        self._launch_first_batch(x, st)
     return None
+
+@patch
+def _launch_first_batch(self: SolverIPC, x: wp.array, st: StepStats):
+    """The step bound over the near set just launched and the first batch of line-search trials, launched before that
+    set's count is read: both run as many threads as the whole candidate set has, those past the count on the device
+    idle. Their values come back with the direction (a user's term may want the count on the host: not with those)."""
+    near, count, ls = self._near, self.barrier.near_count, self._ls
+    with _Timer(st.times, "ccd"):
+        self._bound.launch(near, x, self._dx, ls.bound, count=count, dim=self.search.contacts.count)
+    with _Timer(st.times, "line_search"):
+        self.barrier.restrict(near, count)
+        ls.launch(self.terms, x, self._dx, self._xt, None, min(ls.batch, ls.trials))
+    self._early = True
 
 # %% ../nbs/10_solver.ipynb #2f5e9b1d
 @patch
@@ -296,8 +296,10 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
     (∇Φ·Δx, max|Δx| over components, max ‖Δxᵢ‖ over particles) from one host read."""
     for _ in range(3):
         failed = self._launch_direction(x, st)
-        norms, flags, prepared, near = self._reads.read(self._norms, self.system.flags, self.barrier.prepared_scalars,
-                                                        self.barrier.near_scalars)
+        first = [self._ls.first_batch] if self._early else []     # the first line-search batch, when launched
+        norms, flags, prepared, near, *first = self._reads.read(self._norms, self.system.flags,
+                                                                self.barrier.prepared_scalars,
+                                                                self.barrier.near_scalars, *first)
         fits = self.barrier.settle_prepare(prepared)
         if not self.system.settle(flags):          # a block outside the pattern: it has grown, assemble again
             st.patterns += 1
@@ -312,6 +314,7 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
         if not (math.isfinite(slope) and math.isfinite(max_dx)):
             raise StepFailure("non-finite Newton direction")
         if self._outside is not None: self.barrier.settle_near(self._near, near)
+        self._ls.first = first[0] if first else None
         return slope, max_dx, max_move
     raise AssertionError("three assemblies at one iterate: a block still outside the grown pattern, or more active "
                          "contacts than slots for every candidate")
@@ -326,27 +329,13 @@ def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
 # %% ../nbs/10_solver.ipynb #66803756
 @patch
 def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, it: int, converged: bool, st: StepStats):
-    """Armijo backtracking along self._dx into self._xt from the CCD bound α, which is still on the device
-    (self._bound_min): the first trial steps by it there and reads it back with Φ. Returns (α, Φ(x + αΔx)), or None when
-    a converged step is kept."""
-    o, dev = self.options, self.device
-    for trial in range(o["line_search_trials"]):
-        st.line_search_trials += 1
-        if trial == 0:
-            normal = wp.int32(o["step_bound"] == "normal")
-            wp.launch(_axpy_bounded, dim=len(x), inputs=[x, self._dx, self._pack, normal, self._xt], device=dev)
-            self._phi_acc.zero_()
-            for t in self.terms: t.add_energy(self._xt, self._phi_acc)
-            phi_t, m = (float(v) for v in read_back(self._pack))
-            alpha = bound_from_minimum(m, o["step_bound"])
-        else:
-            wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(alpha), self._xt], device=dev)
-            phi_t = self._phi(self._xt)
-        if phi_t <= phi + 1e-4 * alpha * slope:
-            return alpha, phi_t
-        alpha *= 0.5
-    if converged: return None      # already within tolerance: keep x
-    raise StepFailure(f"line search failed after {o['line_search_trials']} trials (iteration {it})")
+    """Armijo backtracking along self._dx into self._xt from the CCD bound already launched into `self._ls.bound`
+    (`LineSearch`: trials in batches of `line_search_batch`, the first perhaps read with the direction). Returns
+    (α, Φ(x + αΔx)), or None when a converged step is kept."""
+    tried, found = self._ls.search(self.terms, x, self._dx, self._xt, phi, slope)
+    st.line_search_trials += tried
+    if found is not None or converged: return found      # None: already within tolerance, keep x
+    raise StepFailure(f"line search failed after {tried} trials (iteration {it})")
 
 # %% ../nbs/10_solver.ipynb #88b3ea6c
 @patch
@@ -370,12 +359,14 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
             if self._outside is None or self.barrier.flag:
                 self.search.build(x, self._xt)
                 self._near = self.barrier.near(x, 2.0 * max_move * _GROW + _PAD, self._near)
+                self._ls.first = None           # the first batch ran over the old set's near candidates
             else:
                 self.search.stats["reuses"] += 1
             near = self._near
             self._restrict(near)
         with _Timer(st.times, "ccd"):
-            self._bound.launch(near, x, self._dx, self._bound_min)      # read with the first trial's Φ
+            if self._ls.first is None:  # else launched with the direction and read with it
+                self._bound.launch(near, x, self._dx, self._ls.bound)      # read with the first trial's Φ
         if not slope < 0:
             if not converged: raise StepFailure(f"Newton direction is not a descent direction (∇Φ·Δx = {slope:.3e})")
         else:

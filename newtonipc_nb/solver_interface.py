@@ -82,7 +82,7 @@ class _Timer:
 
 # %% ../nbs/09a_solver_interface.ipynb #6dc5876b
 def _check_options(*, membrane, step_bound, rest_contacts, barrier_hessian, dhat, kappa, tolerance, min_gap, friction,
-                   drag, skin, max_iterations, line_search_trials, max_subdivisions, observer):
+                   drag, skin, max_iterations, line_search_trials, max_subdivisions, observer, line_search_batch=None):
     "SolverIPC's options, each checked before anything is built: a `ValueError` naming the option and its rule."
     fn, integer = "SolverIPC", numbers.Integral
     choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)
@@ -97,6 +97,9 @@ def _check_options(*, membrane, step_bound, rest_contacts, barrier_hessian, dhat
         option(v, f"option {name}", fn=fn, kind=integer, ok=lambda v: v >= 1, rule="an integer ≥ 1")
     option(max_subdivisions, "option max_subdivisions", fn=fn, kind=integer, ok=lambda v: 0 <= v <= 30,
            rule="an integer in 0..30")
+    if line_search_batch is not None:
+        option(line_search_batch, "option line_search_batch", fn=fn, kind=integer, ok=lambda v: v >= 1,
+               rule="an integer ≥ 1 (or None: the device's default)")
     if observer is not None and not callable(observer):
         raise ValueError(f"SolverIPC: option observer must be callable, got {observer!r}")
 

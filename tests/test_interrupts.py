@@ -9,6 +9,7 @@ import newtonipc_nb.solver as solver_module
 from newtonipc_nb.barrier import BarrierTerm
 from newtonipc_nb.candidates import CandidateSearch
 from newtonipc_nb.friction import FrictionTerm
+from newtonipc_nb.line_search import LineSearch
 from newtonipc_nb.linear import NewtonSystem, PardisoSolver, ScalarCSR
 from newtonipc_nb.scenes.bag_run import apply_controls
 from newtonipc_nb.scenes.bag_scene import BagScene
@@ -19,11 +20,11 @@ from newtonipc_nb.solver import SolverIPC
 DT, STEPS = 1 / 240, 8
 
 
-def make(kind):
+def make(kind, **options):
     """A hinge falling onto an obstacle (contact, friction and a growing pattern within the first steps); one MKL
     thread: bitwise repeatable."""
     model, s0 = hinge_scene(kind, device="cpu")
-    return SolverIPC(model, membrane="stvk", linear_solver=PardisoSolver(threads=1)), s0, model.state()
+    return SolverIPC(model, membrane="stvk", linear_solver=PardisoSolver(threads=1), **options), s0, model.state()
 
 
 def reference(kind):
@@ -74,7 +75,7 @@ class Trap:
 
 
 def install(monkeypatch, point):
-    owner, name, when, nth, cond = POINTS[point]
+    owner, name, when, nth, cond = {**POINTS, **BATCHED_POINTS}[point]
     real, trap = getattr(owner, name), Trap(nth)
     def wrapped(*a, **k):
         match = trap.armed and (cond is None or cond(a))
@@ -91,11 +92,32 @@ def references():
     return {k: reference(k) for k in ("vt", "ee")}
 
 
+# the batched line search (CUDA's default): its first batch goes with the direction, the later ones have a read each
+BATCHED_POINTS = {
+    "first line-search batch launched with the direction": (SolverIPC, "_launch_first_batch", "after", 2, None),
+    "a line-search batch launched, not read": (LineSearch, "launch", "after", 3, None),
+    "line search done": POINTS["line search done"],
+    "second Newton iteration done": POINTS["second Newton iteration done"],
+}
+
+
 @pytest.mark.parametrize("kind", ["vt", "ee"])
 @pytest.mark.parametrize("point", list(POINTS))
 def test_interrupted_step_retakes_the_uninterrupted_result(point, kind, references, monkeypatch):
+    retake(point, kind, references, monkeypatch)
+
+
+@pytest.mark.parametrize("kind", ["vt", "ee"])
+@pytest.mark.parametrize("point", list(BATCHED_POINTS))
+def test_interrupted_batched_line_search_retakes_the_uninterrupted_result(point, kind, references, monkeypatch):
+    "With line_search_batch=4 the interrupted solver retakes the sequential search's uninterrupted result, bit for bit."
+    retake(point, kind, references, monkeypatch, line_search_batch=4)
+
+
+def retake(point, kind, references, monkeypatch, **options):
+    "Interrupt one solver at `point` once and step on; every step must equal the uninterrupted reference."
     ref = references[kind]
-    solver, a, b = make(kind)
+    solver, a, b = make(kind, **options)
     trap = install(monkeypatch, point)
     fired_at = None
     for j in range(STEPS):

@@ -8,6 +8,8 @@ import warp as wp
 
 import newton
 from newtonipc_nb.intersections import count_intersections
+from newtonipc_nb.linear import PardisoSolver
+from newtonipc_nb.supports import SupportTerm
 
 from newtonipc_nb.solver import SolverIPC
 from newtonipc_nb.solver_interface import SolverError
@@ -209,7 +211,8 @@ def test_nothing_to_move_is_a_converged_step():
                                            ("tolerance", 0.0), ("dhat", float("nan")), ("kappa", -1.0),
                                            ("friction", -0.1), ("min_gap", 2e-3), ("skin", float("inf")),
                                            ("membrane", "linear"), ("step_bound", "exact"), ("linear_solver", "lu"),
-                                           ("max_iterations", 2.5), ("observer", 3), ("barrier_hessian", "exact")])
+                                           ("max_iterations", 2.5), ("observer", 3), ("barrier_hessian", "exact"),
+                                           ("line_search_batch", 0), ("line_search_batch", 2.0)])
 def test_bad_options_are_refused_at_construction(option, value):
     model, _ = hinge_scene("vt")
     with pytest.raises(ValueError, match=option):
@@ -235,12 +238,11 @@ def test_observer_sees_every_iteration():
     assert all(0 <= a <= 1 for _, a, _ in seen) and all(n > 0 for _, _, n in seen)
 
 
-def test_host_reads_per_newton_iteration(monkeypatch):
-    """Small device-to-host reads inside each Newton iteration, on a sheet draped over a sphere (contacts active): two
-    (the direction with its flags and counts, then Φ with the step bound at the first trial), plus one per further
-    line-search trial, one more direction when the block pattern grew and three for a candidate rebuild."""
+def sheet_reads(monkeypatch, **options):
+    """A sheet draped over a sphere (contacts active), then six steps with every Newton iteration's small device-to-host
+    reads counted: (reads, line-search trials, pattern growths, candidate builds) per iteration, and the final state."""
     model, _ = sheet_on_sphere(21, 0.1)
-    solver = SolverIPC(model, drag=2.0)
+    solver = SolverIPC(model, drag=2.0, **options)
     s0, s1 = model.state(), model.state()
     for _ in range(30):                     # until the sheet lies on the sphere
         solver.step(s0, s1, None, None, 1 / 240)
@@ -267,6 +269,53 @@ def test_host_reads_per_newton_iteration(monkeypatch):
         s0, s1 = s1, s0
     monkeypatch.undo()
     assert solver.last_stats.active_contacts > 0 and len(rows) >= 12
+    return rows, s0.particle_q.numpy()
+
+
+def test_host_reads_per_newton_iteration(monkeypatch):
+    """The sequential line search (the CPU's default): two small reads per iteration (the direction with its flags and
+    counts, then Φ with the step bound at the first trial), plus one per further trial, one more direction when the
+    block pattern grew and three for a candidate rebuild."""
+    rows, _ = sheet_reads(monkeypatch, line_search_batch=1)
     plain = [r for r, trials, patterns, builds in rows if trials <= 1 and patterns == builds == 0]
     assert len(plain) >= 0.75 * len(rows) and max(plain) <= 2, rows
     assert all(r <= 2 + max(t - 1, 0) + p + 3 * b for r, t, p, b in rows), rows
+
+
+def test_batched_line_search_reads_once_per_newton_iteration(monkeypatch):
+    """line_search_batch=4 (CUDA's default): the step bound and trials α…α/8 go with the direction's read, so an
+    iteration whose accepted trial is among them makes one read; a later batch costs one read, a pattern growth one, a
+    candidate rebuild four (its own three, and the first batch again over the new set). At most two on average, and
+    the same steps as the sequential search, bit for bit."""
+    rows, x = sheet_reads(monkeypatch, line_search_batch=4)
+    plain = [r for r, trials, patterns, builds in rows if trials <= 4 and patterns == builds == 0]
+    assert len(plain) >= 0.75 * len(rows) and max(plain) == 1, rows
+    assert all(r <= 1 + -(-max(t - 4, 0) // 4) + p + 4 * b for r, t, p, b in rows), rows
+    assert sum(r for r, *_ in rows) <= 2 * len(rows), rows
+    rows1, x1 = sheet_reads(monkeypatch, line_search_batch=1)
+    assert [r[1:] for r in rows] == [r[1:] for r in rows1] and np.array_equal(x, x1)
+
+
+@pytest.mark.parametrize("step_bound, user_term", [("accd", False), ("normal", False), ("accd", True)])
+def test_batched_line_search_takes_the_sequential_steps(step_bound, user_term):
+    """Batches of 3 trials (the first launched with the direction, over the near set still counted on the device; with
+    a user's term, read after the near set) take the trial the sequential search takes: the same steps, bit for bit,
+    backtracking included."""
+    runs = []
+    for batch in (1, 3):
+        model, s0 = hinge_scene("ee", speed=3.0)
+        extra = []
+        if user_term:                           # a support pulling the hinge's first particle sideways
+            extra = [SupportTerm(device="cpu")]
+            extra[0].set([0], s0.particle_q.numpy()[:1].astype(np.float64) + [0.002, 0.0, 0.0], 0.5)
+        solver = SolverIPC(model, step_bound=step_bound, line_search_batch=batch, terms=extra,
+                           linear_solver=PardisoSolver(threads=1))
+        s1, stats = model.state(), []
+        for _ in range(12):
+            solver.step(s0, s1, None, None, 1 / 240)
+            s0, s1 = s1, s0
+            st = solver.last_stats
+            stats.append((st.newton_iterations, st.line_search_trials, st.alphas, st.energies))
+        runs.append((s0.particle_q.numpy(), stats))
+    assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+    assert sum(t for _, t, _, _ in stats) > sum(n for n, _, _, _ in stats) + 3     # trials beyond the first were taken
