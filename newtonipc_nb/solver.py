@@ -31,7 +31,7 @@ from .solver_interface import (MIN_DT, IterationInfo, SolverError, StepFailure, 
                                            _check_options, _check_terms)
 
 # %% auto #0
-__all__ = ['SolverIPC']
+__all__ = ['PROJECTED_FROM', 'CRAWL_RATIO', 'SolverIPC']
 
 # %% ../nbs/10_solver.ipynb #9dc52d9c
 @wp.kernel
@@ -83,8 +83,9 @@ class SolverIPC(newton.solvers.SolverBase):
     callable that receives an `IterationInfo` after every Newton iteration; `terms` [()] extra `EnergyTerm`s
     added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape holds film–film pairs inside
     `dhat` (a sheet that would lock) is refused with an error naming a `dhat` that works (see
-    `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["gauss-newton"]
-    (B″∇g∇gᵀ per contact) or "projected" (each contact's whole Hessian projected to PSD; see `BarrierTerm`).
+    `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["switching": "gauss-newton"
+    until a step's Newton iterations crawl (see `PROJECTED_FROM`), "projected" after], "gauss-newton" (B″∇g∇gᵀ per
+    contact) or "projected" (each contact's whole Hessian projected to PSD; see `BarrierTerm`).
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -93,7 +94,7 @@ class SolverIPC(newton.solvers.SolverBase):
                  kappa: float = 1000.0, friction: float = 0.35, max_iterations: int = 150, tolerance: float = 1.2e-5,
                  line_search_trials: int = 48, max_subdivisions: int = 7, step_bound: str = "accd",
                  linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3, sphere_particles=None, observer=None,
-                 terms=(), rest_contacts: str = "refuse", barrier_hessian: str = "gauss-newton"):
+                 terms=(), rest_contacts: str = "refuse", barrier_hessian: str = "switching"):
         super().__init__(model)
         _check_options(membrane=membrane, step_bound=step_bound, rest_contacts=rest_contacts,
                        barrier_hessian=barrier_hessian, dhat=dhat, kappa=kappa, tolerance=tolerance, min_gap=min_gap,
@@ -129,6 +130,10 @@ class SolverIPC(newton.solvers.SolverBase):
         ]
 
 # %% ../nbs/10_solver.ipynb #b34521e8
+# barrier_hessian="switching": Gauss–Newton crawls when a step's iteration PROJECTED_FROM or later follows a full step
+# (α = 1) whose max|Δx| is still CRAWL_RATIO of the one before; the rest of that step uses projected contact Hessians
+PROJECTED_FROM, CRAWL_RATIO = 3, 0.7
+
 @patch
 def _build_terms(self: SolverIPC, membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound):
     "The terms of Φ, the candidate search the barrier and friction share, and the step bound of the line search."
@@ -141,7 +146,8 @@ def _build_terms(self: SolverIPC, membrane, dhat, min_gap, kappa, friction, skin
     self.search = CandidateSearch(self.contact, dhat=dhat, min_gap=min_gap, skin=skin, device=d,
                                   edge_radius=np.concatenate([np.zeros(self.ipc.edge.shape[0]), obs.edge_radius]),
                                   planes=obs.plane, plane_pad=obs.plane_pad)
-    self.barrier = BarrierTerm(self.search, dhat=dhat, kappa=kappa, hessian=barrier_hessian)
+    first = "gauss-newton" if barrier_hessian == "switching" else barrier_hessian      # switched in _iteration
+    self.barrier = BarrierTerm(self.search, dhat=dhat, kappa=kappa, hessian=first)
     self.friction = FrictionTerm(self.search, mu=friction, dhat=dhat, kappa=kappa,
                                  particle_mu=np.concatenate([-np.ones(n_model), obs.mu]) if obs.count else None)
     self.inertia = InertiaTerm(device=d)
@@ -163,7 +169,8 @@ def _allocate(self: SolverIPC):
     self._pack, self._norms = wp.zeros(2, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
     self._phi_acc, self._bound_min = self._pack[0:1], self._pack[1:2]
     self._reach, self._reads = wp.zeros(1, dtype=wp.float64, device=d), ScalarReads(d)
-    self._near, self._outside = None, None
+    self._near, self._outside, self._from_guess = None, None, False
+    self._switched, self._last_dx = False, 0.0
     self.last_stats: StepStats | None = None
     self._last_out = None
     self._x_ref = wp.zeros(n, dtype=wp.vec3d, device=d)
@@ -203,7 +210,8 @@ def _predict(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt:
 def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, tries: int = 4) -> float | None:
     """Move self._x from x0 towards the constant-velocity guess x0 + dt v0: the largest fraction α ≤ 1 that keeps every
     gap (CCD) and lowers Φ (halving, ≤ `tries`). Returns Φ where the loop starts (None when there is no motion to
-    extrapolate)."""
+    extrapolate). `self._from_guess` says whether the loop starts away from x0."""
+    self._from_guess = False
     d = dt * v0
     d[self._fixed_mask] = 0.0
     if not np.any(d): return None
@@ -225,7 +233,7 @@ def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, trie
             if phi < phi0:
                 self._x, self._xt = self._xt, self._x
                 st.energies.append(phi0)
-                st.extrapolated = alpha
+                st.extrapolated, self._from_guess = alpha, True
                 return phi
             alpha *= 0.5
     return phi0
@@ -355,15 +363,19 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
     """One Newton iteration from x: direction, step bound, line search into self._xt. Returns (α, Φ) of the step taken
     (α = 0: none) and whether to stop."""
     o = self.options
+    if o["barrier_hessian"] == "switching":
+        if it == 0: self._switched, self._last_dx = False, 0.0
+        self.barrier.hessian = "projected" if self._switched else "gauss-newton"
     slope, max_dx, max_move = self._direction(x, st)
     st.newton_iterations += 1
     alpha, phi_t, done = 0.0, phi, True
-    # Convergence is judged from the second iteration on, and the last small direction is still taken: from rest,
-    # lagged friction is a stiff spring below the sliding speed, so the first direction can be tiny although the
-    # minimiser is far (a body on a slope steeper than atan μ would otherwise never start sliding).
+    # The last small direction is still taken. From x0, lagged friction is a stiff spring below the sliding speed, so
+    # the first direction can be tiny although the minimiser is far (a body on a slope steeper than atan μ would
+    # otherwise never start sliding): from x0, convergence is judged from the second iteration on; from the
+    # extrapolated guess x0 + α·dt·v0 (the bodies already moving as in the last step), from the first.
     # A zero direction (zero gradient) is a minimiser at any iteration.
     if max_dx > 0.0:
-        converged = it > 0 and max_dx < o["tolerance"]
+        converged = (it > 0 or self._from_guess) and max_dx < o["tolerance"]
         with _Timer(st.times, "candidates"):
             # only candidates whose gap can fall below d̂ on the way to x + Δx matter to the bound and the line search:
             # their near set came back with the direction, unless the candidate set no longer covers the motion
@@ -385,11 +397,20 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
                 (alpha, phi_t), done = found, converged
                 st.alphas.append(alpha)
                 st.energies.append(phi_t)
+    if o["barrier_hessian"] == "switching": self._watch_crawl(it, max_dx, alpha)
     if self.observer is not None:
         self.observer(IterationInfo(dt, it, self.system, self._dx, max_dx, slope, alpha, phi_t,
                                     dict(self.linear.stats)))
     return alpha, phi_t, done
 
+@patch
+def _watch_crawl(self: SolverIPC, it: int, max_dx: float, alpha: float):
+    "After iteration `it`: switch the rest of the step to projected contact Hessians once Gauss–Newton crawls."
+    if it + 1 >= PROJECTED_FROM and alpha == 1.0 and self._last_dx > 0 and max_dx >= CRAWL_RATIO * self._last_dx:
+        self._switched = True
+    self._last_dx = max_dx
+
+# %% ../nbs/10_solver.ipynb #5b0c7d21
 @patch
 def _newton(self: SolverIPC, dt: float, st: StepStats, phi: float | None = None) -> wp.array:
     """Minimise Φ from self._x (where Φ = `phi`, if known); returns the minimiser (one of the solver's two position
