@@ -7,8 +7,14 @@ max|Δx|, ∇Φ·Δx, the CCD step bound α₀ of its first line-search trial, t
 step bound did. Writes PREFIX_iterations.npz beside the trajectory PREFIX.npz and prints a per-phase summary.
 
     python benchmarks/bench_newton_profile.py OUT_PREFIX [--until 10.5] [--resume FILE --resume-at T] [--summary]
+    python benchmarks/bench_newton_profile.py --compare BEFORE.npz AFTER.npz   # per-phase table of two full runs
+
+`--compare` prints, per phase, for two trajectories run side by side: steps, Newton iterations, the solver's timed
+milliseconds per iteration (all of each step's timers), Armijo overshoots, subdivided steps and subdivisions, and writes
+benchmarks/results/newton_iterations.json.
 """
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -63,14 +69,47 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     return g.join(h)
 
 
+TIMERS = ("candidates", "assembly", "factorisation", "solve", "ccd", "line_search")
+
+
+def phase_table(path: Path) -> pd.DataFrame:
+    "Per-phase sums of one trajectory's step statistics."
+    d = np.load(path)
+    rows = phase_rows(None)
+    df = pd.DataFrame(dict(phase=[phase_at(t, rows) for t in d["step_t"]], iterations=d["step_newton_iterations"],
+                           overshoots=d["step_line_search_trials"] - d["step_newton_iterations"],
+                           subdivided=d["step_subdivisions"] > 0, subdivisions=d["step_subdivisions"],
+                           timed=sum(d[f"step_time_{k}"] for k in TIMERS)))
+    g = df.groupby("phase", sort=False).agg(steps=("iterations", "size"), iterations=("iterations", "sum"),
+                                             overshoots=("overshoots", "sum"), subdivided=("subdivided", "sum"),
+                                             subdivisions=("subdivisions", "sum"), timed=("timed", "sum"))
+    g.loc["whole run"] = g.sum()
+    g["ms_per_iteration"] = 1e3 * g.timed / g.iterations
+    return g.drop(columns="timed").astype({"steps": int, "iterations": int, "overshoots": int, "subdivided": int,
+                                              "subdivisions": int})
+
+
+def compare(before: Path, after: Path):
+    tabs = {"before": phase_table(before), "after": phase_table(after)}
+    pd.set_option("display.width", 250)
+    print(pd.concat(tabs, axis=1).to_string(float_format=lambda v: f"{v:.2f}"))
+    out = Path(__file__).parent / "results" / "newton_iterations.json"
+    out.write_text(json.dumps({k: t.reset_index().to_dict(orient="list") for k, t in tabs.items()}, indent=1,
+                              default=float))
+    print(f"wrote {out}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("prefix", type=Path)
+    ap.add_argument("prefix", type=Path, nargs="?")
+    ap.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE.npz", "AFTER.npz"))
     ap.add_argument("--until", type=float, default=10.5)
     ap.add_argument("--resume", default=None)
     ap.add_argument("--resume-at", type=float, default=None)
     ap.add_argument("--summary", action="store_true", help="only summarise PREFIX_iterations.npz written before")
     a = ap.parse_args()
+    if a.compare: return compare(*a.compare)
+    if a.prefix is None: ap.error("give OUT_PREFIX or --compare")
     it_file = a.prefix.with_name(a.prefix.name + "_iterations.npz")
     if not a.summary:
         k0 = 0 if a.resume_at is None else int(round(a.resume_at / DT))

@@ -31,7 +31,7 @@ from .solver_interface import (MIN_DT, IterationInfo, SolverError, StepFailure, 
                                            _check_options, _check_terms)
 
 # %% auto #0
-__all__ = ['PROJECTED_FROM', 'CRAWL_RATIO', 'SolverIPC']
+__all__ = ['PROJECTED_FROM', 'SolverIPC']
 
 # %% ../nbs/10_solver.ipynb #9dc52d9c
 @wp.kernel
@@ -84,8 +84,8 @@ class SolverIPC(newton.solvers.SolverBase):
     added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape holds film–film pairs inside
     `dhat` (a sheet that would lock) is refused with an error naming a `dhat` that works (see
     `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["switching": "gauss-newton"
-    until a step's Newton iterations crawl (see `PROJECTED_FROM`), "projected" after], "gauss-newton" (B″∇g∇gᵀ per
-    contact) or "projected" (each contact's whole Hessian projected to PSD; see `BarrierTerm`).
+    for a step's first `PROJECTED_FROM` iterations, "projected" after], "gauss-newton" (B″∇g∇gᵀ per contact) or
+    "projected" (each contact's whole Hessian projected to PSD; see `BarrierTerm`).
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -130,9 +130,7 @@ class SolverIPC(newton.solvers.SolverBase):
         ]
 
 # %% ../nbs/10_solver.ipynb #b34521e8
-# barrier_hessian="switching": Gauss–Newton crawls when a step's iteration PROJECTED_FROM or later follows a full step
-# (α = 1) whose max|Δx| is still CRAWL_RATIO of the one before; the rest of that step uses projected contact Hessians
-PROJECTED_FROM, CRAWL_RATIO = 3, 0.7
+PROJECTED_FROM = 2     # barrier_hessian="switching": a step's iterations from this one on use projected Hessians
 
 @patch
 def _build_terms(self: SolverIPC, membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound):
@@ -170,7 +168,6 @@ def _allocate(self: SolverIPC):
     self._phi_acc, self._bound_min = self._pack[0:1], self._pack[1:2]
     self._reach, self._reads = wp.zeros(1, dtype=wp.float64, device=d), ScalarReads(d)
     self._near, self._outside, self._from_guess = None, None, False
-    self._switched, self._last_dx = False, 0.0
     self.last_stats: StepStats | None = None
     self._last_out = None
     self._x_ref = wp.zeros(n, dtype=wp.vec3d, device=d)
@@ -364,8 +361,7 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
     (α = 0: none) and whether to stop."""
     o = self.options
     if o["barrier_hessian"] == "switching":
-        if it == 0: self._switched, self._last_dx = False, 0.0
-        self.barrier.hessian = "projected" if self._switched else "gauss-newton"
+        self.barrier.hessian = "projected" if it >= PROJECTED_FROM else "gauss-newton"
     slope, max_dx, max_move = self._direction(x, st)
     st.newton_iterations += 1
     alpha, phi_t, done = 0.0, phi, True
@@ -397,18 +393,10 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
                 (alpha, phi_t), done = found, converged
                 st.alphas.append(alpha)
                 st.energies.append(phi_t)
-    if o["barrier_hessian"] == "switching": self._watch_crawl(it, max_dx, alpha)
     if self.observer is not None:
         self.observer(IterationInfo(dt, it, self.system, self._dx, max_dx, slope, alpha, phi_t,
                                     dict(self.linear.stats)))
     return alpha, phi_t, done
-
-@patch
-def _watch_crawl(self: SolverIPC, it: int, max_dx: float, alpha: float):
-    "After iteration `it`: switch the rest of the step to projected contact Hessians once Gauss–Newton crawls."
-    if it + 1 >= PROJECTED_FROM and alpha == 1.0 and self._last_dx > 0 and max_dx >= CRAWL_RATIO * self._last_dx:
-        self._switched = True
-    self._last_dx = max_dx
 
 # %% ../nbs/10_solver.ipynb #5b0c7d21
 @patch
