@@ -62,6 +62,7 @@ def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), 
     wp.atomic_max(out, 2, wp.length(d))
 
 _GROW, _PAD = 1.0 + 1e-9, 1e-12           # reach = 2 max‖Δxᵢ‖ · _GROW + _PAD: rounding never shrinks the near set
+PROJECTED_FROM = 2     # barrier_hessian="switching": a step's iterations from this one on use projected Hessians
 
 @wp.kernel
 def _reach(norms: wp.array(dtype=wp.float64), grow: wp.float64, pad: wp.float64, out: wp.array(dtype=wp.float64)):
@@ -83,9 +84,8 @@ class SolverIPC(newton.solvers.SolverBase):
     callable that receives an `IterationInfo` after every Newton iteration; `terms` [()] extra `EnergyTerm`s
     added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape holds film–film pairs inside
     `dhat` (a sheet that would lock) is refused with an error naming a `dhat` that works (see
-    `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["switching": "gauss-newton"
-    for a step's first `PROJECTED_FROM` iterations, "projected" after], "gauss-newton" (B″∇g∇gᵀ per contact) or
-    "projected" (each contact's whole Hessian projected to PSD; see `BarrierTerm`).
+    `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["switching": Gauss–Newton blocks, then
+    projected from a step's iteration `PROJECTED_FROM` on], "gauss-newton" (B″∇g∇gᵀ) or "projected" (see `BarrierTerm`).
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -130,12 +130,10 @@ class SolverIPC(newton.solvers.SolverBase):
         ]
 
 # %% ../nbs/10_solver.ipynb #b34521e8
-PROJECTED_FROM = 2     # barrier_hessian="switching": a step's iterations from this one on use projected Hessians
-
 @patch
 def _build_terms(self: SolverIPC, membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound):
     "The terms of Φ, the candidate search the barrier and friction share, and the step bound of the line search."
-    d = self.ipc.device
+    d, first = self.ipc.device, barrier_hessian.replace("switching", "gauss-newton")   # switched in _iteration
     self.membrane = MembraneTerm(self.ipc, model=membrane)
     self.bending = HingeTerm(self.ipc)
     self.supports = SupportTerm(device=d)
@@ -144,7 +142,6 @@ def _build_terms(self: SolverIPC, membrane, dhat, min_gap, kappa, friction, skin
     self.search = CandidateSearch(self.contact, dhat=dhat, min_gap=min_gap, skin=skin, device=d,
                                   edge_radius=np.concatenate([np.zeros(self.ipc.edge.shape[0]), obs.edge_radius]),
                                   planes=obs.plane, plane_pad=obs.plane_pad)
-    first = "gauss-newton" if barrier_hessian == "switching" else barrier_hessian      # switched in _iteration
     self.barrier = BarrierTerm(self.search, dhat=dhat, kappa=kappa, hessian=first)
     self.friction = FrictionTerm(self.search, mu=friction, dhat=dhat, kappa=kappa,
                                  particle_mu=np.concatenate([-np.ones(n_model), obs.mu]) if obs.count else None)
@@ -208,8 +205,7 @@ def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, trie
     """Move self._x from x0 towards the constant-velocity guess x0 + dt v0: the largest fraction α ≤ 1 that keeps every
     gap (CCD) and lowers Φ (halving, ≤ `tries`). Returns Φ where the loop starts (None when there is no motion to
     extrapolate). `self._from_guess` says whether the loop starts away from x0."""
-    self._from_guess = False
-    d = dt * v0
+    self._from_guess, d = False, dt * v0
     d[self._fixed_mask] = 0.0
     if not np.any(d): return None
     x, dev = self._x, self.device
@@ -360,15 +356,12 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
     """One Newton iteration from x: direction, step bound, line search into self._xt. Returns (α, Φ) of the step taken
     (α = 0: none) and whether to stop."""
     o = self.options
-    if o["barrier_hessian"] == "switching":
-        self.barrier.hessian = "projected" if it >= PROJECTED_FROM else "gauss-newton"
+    if o["barrier_hessian"] == "switching": self.barrier.hessian = ("gauss-newton", "projected")[it >= PROJECTED_FROM]
     slope, max_dx, max_move = self._direction(x, st)
     st.newton_iterations += 1
     alpha, phi_t, done = 0.0, phi, True
-    # The last small direction is still taken. From x0, lagged friction is a stiff spring below the sliding speed, so
-    # the first direction can be tiny although the minimiser is far (a body on a slope steeper than atan μ would
-    # otherwise never start sliding): from x0, convergence is judged from the second iteration on; from the
-    # extrapolated guess x0 + α·dt·v0 (the bodies already moving as in the last step), from the first.
+    # The last small direction is still taken. Convergence counts from the first iteration from the extrapolated guess,
+    # from the second from x0: there lagged friction is at its stiffest, so a tiny first direction says nothing.
     # A zero direction (zero gradient) is a minimiser at any iteration.
     if max_dx > 0.0:
         converged = (it > 0 or self._from_guess) and max_dx < o["tolerance"]
@@ -398,7 +391,6 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
                                     dict(self.linear.stats)))
     return alpha, phi_t, done
 
-# %% ../nbs/10_solver.ipynb #5b0c7d21
 @patch
 def _newton(self: SolverIPC, dt: float, st: StepStats, phi: float | None = None) -> wp.array:
     """Minimise Φ from self._x (where Φ = `phi`, if known); returns the minimiser (one of the solver's two position
