@@ -32,7 +32,7 @@ from .solver_interface import (MIN_DT, IterationInfo, SolverError, StepFailure, 
                                            _check_options, _check_terms)
 
 # %% auto #0
-__all__ = ['SolverIPC']
+__all__ = ['PROJECTED_FROM', 'SolverIPC']
 
 # %% ../nbs/10_solver.ipynb #9dc52d9c
 @wp.kernel
@@ -45,6 +45,7 @@ def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), 
     wp.atomic_max(out, 2, wp.length(d))
 
 _GROW, _PAD = 1.0 + 1e-9, 1e-12           # reach = 2 max‖Δxᵢ‖ · _GROW + _PAD: rounding never shrinks the near set
+PROJECTED_FROM = 2     # barrier_hessian="switching": a step's iterations from this one on use projected Hessians
 
 @wp.kernel
 def _reach(norms: wp.array(dtype=wp.float64), grow: wp.float64, pad: wp.float64, out: wp.array(dtype=wp.float64)):
@@ -66,8 +67,8 @@ class SolverIPC(newton.solvers.SolverBase):
     sphere centres; `observer` [None] a callable that receives an `IterationInfo` after every Newton iteration;
     `terms` [()] extra `EnergyTerm`s added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape
     holds film–film pairs inside `dhat` (a sheet that would lock) is refused with an error naming a `dhat` that
-    works (see `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["gauss-newton"] (B″∇g∇gᵀ per
-    contact) or "projected" (each contact's whole Hessian projected to PSD; see `BarrierTerm`).
+    works (see `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["switching": Gauss–Newton blocks,
+    projected from iteration `PROJECTED_FROM`], "gauss-newton" (B″∇g∇gᵀ per contact) or "projected" (`BarrierTerm`).
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -77,7 +78,7 @@ class SolverIPC(newton.solvers.SolverBase):
                  line_search_trials: int = 48, line_search_batch: int | None = None, max_subdivisions: int = 7,
                  step_bound: str = "accd", linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3,
                  sphere_particles=None, observer=None, terms=(), rest_contacts: str = "refuse",
-                 barrier_hessian: str = "gauss-newton"):
+                 barrier_hessian: str = "switching"):
         super().__init__(model)
         _check_options(membrane=membrane, step_bound=step_bound, rest_contacts=rest_contacts,
                        barrier_hessian=barrier_hessian, dhat=dhat, kappa=kappa, tolerance=tolerance, min_gap=min_gap,
@@ -116,7 +117,7 @@ class SolverIPC(newton.solvers.SolverBase):
 @patch
 def _build_terms(self: SolverIPC, membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound):
     "The terms of Φ, the candidate search the barrier and friction share, and the step bound of the line search."
-    d = self.ipc.device
+    d, first = self.ipc.device, barrier_hessian.replace("switching", "gauss-newton")   # switched in _iteration
     self.membrane = MembraneTerm(self.ipc, model=membrane)
     self.bending = HingeTerm(self.ipc)
     self.supports = SupportTerm(device=d)
@@ -125,7 +126,7 @@ def _build_terms(self: SolverIPC, membrane, dhat, min_gap, kappa, friction, skin
     self.search = CandidateSearch(self.contact, dhat=dhat, min_gap=min_gap, skin=skin, device=d,
                                   edge_radius=np.concatenate([np.zeros(self.ipc.edge.shape[0]), obs.edge_radius]),
                                   planes=obs.plane, plane_pad=obs.plane_pad)
-    self.barrier = BarrierTerm(self.search, dhat=dhat, kappa=kappa, hessian=barrier_hessian)
+    self.barrier = BarrierTerm(self.search, dhat=dhat, kappa=kappa, hessian=first)
     self.friction = FrictionTerm(self.search, mu=friction, dhat=dhat, kappa=kappa,
                                  particle_mu=np.concatenate([-np.ones(n_model), obs.mu]) if obs.count else None)
     self.inertia = InertiaTerm(device=d)
@@ -148,7 +149,7 @@ def _allocate(self: SolverIPC):
                           device=d)
     self._phi_acc, self._norms = wp.zeros(1, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
     self._reach, self._reads = wp.zeros(1, dtype=wp.float64, device=d), ScalarReads(d)
-    self._near, self._outside = None, None
+    self._near, self._outside, self._from_guess = None, None, False
     self.last_stats: StepStats | None = None
     self._last_out = None
     self._x_ref = wp.zeros(n, dtype=wp.vec3d, device=d)
@@ -188,8 +189,8 @@ def _predict(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt:
 def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, tries: int = 4) -> float | None:
     """Move self._x from x0 towards the constant-velocity guess x0 + dt v0: the largest fraction α ≤ 1 that keeps every
     gap (CCD) and lowers Φ (halving, ≤ `tries`). Returns Φ where the loop starts (None when there is no motion to
-    extrapolate)."""
-    d = dt * v0
+    extrapolate). `self._from_guess` says whether the loop starts away from x0."""
+    self._from_guess, d = False, dt * v0
     d[self._fixed_mask] = 0.0
     if not np.any(d): return None
     x, dev = self._x, self.device
@@ -210,7 +211,7 @@ def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, trie
             if phi < phi0:
                 self._x, self._xt = self._xt, self._x
                 st.energies.append(phi0)
-                st.extrapolated = alpha
+                st.extrapolated, self._from_guess = alpha, True
                 return phi
             alpha *= 0.5
     return phi0
@@ -344,15 +345,15 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
     """One Newton iteration from x: direction, step bound, line search into self._xt. Returns (α, Φ) of the step taken
     (α = 0: none) and whether to stop."""
     o = self.options
+    if o["barrier_hessian"] == "switching": self.barrier.hessian = ("gauss-newton", "projected")[it >= PROJECTED_FROM]
     slope, max_dx, max_move = self._direction(x, st)
     st.newton_iterations += 1
     alpha, phi_t, done = 0.0, phi, True
-    # Convergence is judged from the second iteration on, and the last small direction is still taken: from rest,
-    # lagged friction is a stiff spring below the sliding speed, so the first direction can be tiny although the
-    # minimiser is far (a body on a slope steeper than atan μ would otherwise never start sliding).
+    # The last small direction is still taken. Convergence counts from the first iteration from the extrapolated guess,
+    # from the second from x0: there lagged friction is at its stiffest, so a tiny first direction says nothing.
     # A zero direction (zero gradient) is a minimiser at any iteration.
     if max_dx > 0.0:
-        converged = it > 0 and max_dx < o["tolerance"]
+        converged = (it > 0 or self._from_guess) and max_dx < o["tolerance"]
         with _Timer(st.times, "candidates"):
             # only candidates whose gap can fall below d̂ on the way to x + Δx matter to the bound and the line search:
             # their near set came back with the direction, unless the candidate set no longer covers the motion

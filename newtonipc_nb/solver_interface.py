@@ -88,7 +88,7 @@ def _check_options(*, membrane, step_bound, rest_contacts, barrier_hessian, dhat
     choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)
     choice(step_bound, "option step_bound", ("accd", "normal"), fn=fn)
     choice(rest_contacts, "option rest_contacts", ("refuse", "allow"), fn=fn)
-    choice(barrier_hessian, "option barrier_hessian", ("projected", "gauss-newton"), fn=fn)
+    choice(barrier_hessian, "option barrier_hessian", ("switching", "projected", "gauss-newton"), fn=fn)
     for name, v in (("dhat", dhat), ("kappa", kappa), ("tolerance", tolerance)): positive(v, f"option {name}", fn=fn)
     for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)):
         non_negative(v, f"option {name}", fn=fn)
