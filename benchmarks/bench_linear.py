@@ -58,7 +58,7 @@ def main():
     else:
         from newtonipc_nb.verification.runner import bag_contact_systems
         raw, gap, t = bag_contact_systems("cpu")
-        systems, where = [], f"bag step to t = {t:.4f} s (first contact gap {1e6 * gap:.0f} µm)"
+        systems, where = [], f"bag steps to t = {t:.4f} s (from the first contact gap {1e6 * gap:.0f} µm)"
         systems = [system_from_bsr(H, -(D * g)) for g, H, D in raw]        # (∇Φ, D H D, D) copies
     rows = []
     for i, s in enumerate(systems):

@@ -226,18 +226,21 @@ def linear_residuals(system: tuple, method: str = "pardiso") -> tuple[float, flo
 
 # %% ../../nbs/35_validation.ipynb #6b595b6f
 def bag_contact_systems(device=None, gap_below: float = 0.9, max_steps: int = 72) -> tuple[list, float, float]:
-    """The Newton systems of the first bag step (TIMELINE choreography) that starts with a contact gap below
-    `gap_below`·d̂; with that start's min gap (m) and the step's end time (s)."""
+    """The Newton systems of the bag steps (TIMELINE choreography) from the first that starts with a contact gap below
+    `gap_below`·d̂, at least two systems (a step from the extrapolated guess may converge at its first iteration); with
+    that start's min gap (m) and the last step's end time (s)."""
     sc, ch = BagScene.build(device), Choreographer(TIMELINE)
-    dhat = sc.solver.options["dhat"]
+    dhat, systems, first = sc.solver.options["dhat"], [], None
     for k in range(max_steps):
         gap = sc.solver.last_stats.min_gap if k else math.inf      # the previous step's final gap: this step's start
         apply_controls(sc, ch.controls((k + 1) * DT, sc.positions()))
-        if gap < gap_below * dhat:
-            return newton_systems(sc.solver, sc.state, sc.scratch, DT), float(gap), (k + 1) * DT
-        sc.solver.step(sc.state, sc.scratch, None, None, DT)
+        if first is None and gap < gap_below * dhat: first = float(gap)
+        if first is None: sc.solver.step(sc.state, sc.scratch, None, None, DT)
+        else: systems += newton_systems(sc.solver, sc.state, sc.scratch, DT)
         sc.state, sc.scratch = sc.scratch, sc.state
-    raise RuntimeError(f"no contact gap fell below {gap_below} d̂ in the bag's first {max_steps} steps")
+        if len(systems) >= 2: return systems, first, (k + 1) * DT
+    raise RuntimeError(f"no contact gap fell below {gap_below} d̂ in the bag's first {max_steps} steps, or too few "
+                       "Newton systems after it")
 
 def reference_continue_systems(run: dict) -> list[tuple]:
     "The Newton systems of one more step of a `reference_run`, from its last positions and velocities."
@@ -269,7 +272,7 @@ def linear_systems(runs: dict | None = None, device=None) -> tuple[dict, str]:
     systems = {"bag": bag}
     for kind, run in (runs or {}).items():
         systems[kind.upper()] = reference_continue_systems(run)
-    return systems, f"bag step to {t:.4f} s, gap {1e6 * gap:.0f} µm; " + ", ".join(f"{k} ×{len(v)}"
+    return systems, f"bag steps to {t:.4f} s from gap {1e6 * gap:.0f} µm; " + ", ".join(f"{k} ×{len(v)}"
                                                                                    for k, v in systems.items())
 
 # %% ../../nbs/35_validation.ipynb #7a081e18
