@@ -69,12 +69,8 @@ def read_back(a: wp.array) -> np.ndarray:
     return a.numpy()
 
 @wp.kernel
-def _gather_f64(src: wp.array(dtype=wp.float64), at: wp.int32, out: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    out[at + i] = src[i]
-
-@wp.kernel
 def _gather_i32(src: wp.array(dtype=wp.int32), at: wp.int32, out: wp.array(dtype=wp.float64)):
+    "Counts into the float64 buffer (float64 arrays go there by `wp.copy`)."
     i = wp.tid()
     out[at + i] = wp.float64(src[i])
 
@@ -92,8 +88,8 @@ class ScalarReads:
         for a in arrays:
             if a.ndim != 1 or a.dtype not in (wp.float64, wp.int32):
                 raise TypeError(f"ScalarReads: 1-d float64 or int32 arrays only, got {a.ndim}-d {a.dtype.__name__}")
-            wp.launch(_gather_f64 if a.dtype == wp.float64 else _gather_i32, dim=a.shape[0], device=self.device,
-                      inputs=[a, wp.int32(at), self._buf])
+            if a.dtype == wp.float64: wp.copy(self._buf, a, dest_offset=at)
+            else: wp.launch(_gather_i32, dim=a.shape[0], inputs=[a, wp.int32(at), self._buf], device=self.device)
             at += a.shape[0]
         v = read_back(self._buf)[:n].copy()
         return np.split(v, np.cumsum([a.shape[0] for a in arrays])[:-1])
