@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import newtonipc_nb.line_search as line_search_mod
 import newtonipc_nb.solver as solver_mod
 from newtonipc_nb.scenes.bag_run import run_bag
 from newtonipc_nb.scenes.bag_scene import DT
@@ -33,7 +34,7 @@ class Recorder:
     "The observer, plus a wrapper of the solver's step (the step count) and of the step-bound reading (α₀)."
     def __init__(self, k0: int):
         self.rows, self.step, self.bound = [], k0, np.nan
-        step, bound = solver_mod.SolverIPC.step, solver_mod.bound_from_minimum
+        step, bound = solver_mod.SolverIPC.step, line_search_mod.bound_from_minimum
 
         def counted_step(solver, *a, **k):
             self.step += 1
@@ -42,7 +43,7 @@ class Recorder:
         def recorded_bound(m, method="accd"):
             self.bound = bound(m, method)
             return self.bound
-        solver_mod.SolverIPC.step, solver_mod.bound_from_minimum = counted_step, recorded_bound
+        solver_mod.SolverIPC.step, line_search_mod.bound_from_minimum = counted_step, recorded_bound
 
     def __call__(self, info):
         g = info.system.grad.numpy()
