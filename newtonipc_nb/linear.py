@@ -22,7 +22,7 @@ class LinearSolveError(RuntimeError):
     "The Newton system could not be factorised or solved."
 
 class NotPositiveDefinite(LinearSolveError):
-    "A Cholesky factorisation met a pivot that is not positive: the matrix is indefinite (`factorise_shifted` shifts it)."
+    "A Cholesky factorisation met a pivot that is not positive: the matrix is indefinite (`factorise_shifted`)."
 
 # %% auto #0
 __all__ = ['LINEAR_SOLVERS', 'SHIFT_MIN', 'SHIFT_MAX', 'LinearSolveError', 'NotPositiveDefinite', 'NewtonSystem', 'ScalarCSR',
@@ -522,7 +522,7 @@ def solve_linear(H: wps.BsrMatrix, rhs, method="auto") -> np.ndarray:
     solver.solve(s, z)
     return z.numpy()
 
-# %% ../nbs/09_linear.ipynb #ea3a0347
+# %% ../nbs/09_linear.ipynb #2a18e0d7
 SHIFT_MIN, SHIFT_MAX = 1.0e-4, 1.0e6
 
 @wp.kernel

@@ -83,10 +83,10 @@ class SolverIPC(newton.solvers.SolverBase):
                  barrier_hessian: str = "switching", membrane_hessian: str = "exact"):
         super().__init__(model)
         _check_options(membrane=membrane, step_bound=step_bound, rest_contacts=rest_contacts,
-                       barrier_hessian=barrier_hessian, membrane_hessian=membrane_hessian, dhat=dhat, kappa=kappa, tolerance=tolerance, min_gap=min_gap,
+                       barrier_hessian=barrier_hessian, dhat=dhat, kappa=kappa, tolerance=tolerance, min_gap=min_gap,
                        friction=friction, drag=drag, skin=skin, max_iterations=max_iterations,
                        line_search_trials=line_search_trials, max_subdivisions=max_subdivisions, observer=observer,
-                       line_search_batch=line_search_batch)
+                       line_search_batch=line_search_batch, membrane_hessian=membrane_hessian)
         extra = _check_terms(terms)
         self.ipc = IPCModel.from_newton(model, sphere_particles=sphere_particles)
         if rest_contacts == "refuse": check_rest_contacts(self.ipc, dhat, min_gap, fn="SolverIPC")
