@@ -32,7 +32,7 @@ from .solver_interface import (MIN_DT, IterationInfo, SolverError, StepFailure, 
                                            _check_options, _check_terms)
 
 # %% auto #0
-__all__ = ['PROJECTED_FROM', 'SolverIPC']
+__all__ = ['PROJECTED_FROM', 'EXACT_FROM', 'SolverIPC']
 
 # %% ../nbs/10_solver.ipynb #9dc52d9c
 @wp.kernel
@@ -46,6 +46,7 @@ def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), 
 
 _GROW, _PAD = 1.0 + 1e-9, 1e-12           # reach = 2 max‖Δxᵢ‖ · _GROW + _PAD: rounding never shrinks the near set
 PROJECTED_FROM = 2     # barrier_hessian="switching": a step's iterations from this one on use projected Hessians
+EXACT_FROM = 3         # membrane_hessian="exact": a step's iterations from this one on use the exact membrane Hessian
 
 @wp.kernel
 def _reach(norms: wp.array(dtype=wp.float64), grow: wp.float64, pad: wp.float64, out: wp.array(dtype=wp.float64)):
@@ -66,11 +67,10 @@ class SolverIPC(newton.solvers.SolverBase):
     film particles; `skin` [1.5e-3 m] candidate reuse distance; `sphere_particles` [None: particles on no triangle]
     sphere centres; `observer` [None] a callable that receives an `IterationInfo` after every Newton iteration;
     `terms` [()] extra `EnergyTerm`s added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape
-    holds film–film pairs inside `dhat` (a sheet that would lock) is refused with an error naming a `dhat` that
-    works (see `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["switching": Gauss–Newton blocks,
-    projected from iteration `PROJECTED_FROM`], "gauss-newton" (B″∇g∇gᵀ per contact) or "projected" (`BarrierTerm`);
-    `membrane_hessian` ["exact", the matrix shifted where indefinite (`factorise_shifted`)] or "projected" (always
-    with a linear solver that does not factorise).
+    holds film–film pairs inside `dhat` (a sheet that would lock) is refused, naming a `dhat` that works, unless
+    "allow"; `barrier_hessian` ["switching": Gauss–Newton blocks, projected from iteration `PROJECTED_FROM`],
+    "gauss-newton" or "projected" (`BarrierTerm`); `membrane_hessian` ["exact" from iteration `EXACT_FROM`, the
+    matrix shifted where indefinite] or "projected" (always with a linear solver that does not factorise).
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -97,12 +97,12 @@ class SolverIPC(newton.solvers.SolverBase):
         self.contact = with_obstacles(self.ipc, self.obstacles, self.obstacles.positions(body_q))
         self.linear = make_linear_solver(linear_solver, device=d)
         self.observer = observer
-        self.options = dict(membrane=membrane, dhat=dhat, min_gap=min_gap, kappa=kappa, friction=friction,
-                            max_iterations=int(max_iterations), tolerance=tolerance, step_bound=step_bound,
-                            line_search_trials=int(line_search_trials), max_subdivisions=int(max_subdivisions),
+        self.options = dict(membrane=membrane, membrane_hessian=membrane_hessian, dhat=dhat, min_gap=min_gap,
+                            kappa=kappa, friction=friction, max_iterations=int(max_iterations), tolerance=tolerance,
+                            step_bound=step_bound, line_search_trials=int(line_search_trials), drag=drag, skin=skin,
+                            max_subdivisions=int(max_subdivisions), linear_solver=self.linear.name,
                             line_search_batch=int(line_search_batch or (4 if wp.get_device(d).is_cuda else 1)),
-                            linear_solver=self.linear.name, drag=drag, skin=skin, barrier_hessian=barrier_hessian,
-                            membrane_hessian=membrane_hessian)
+                            barrier_hessian=barrier_hessian)
         self._build_terms(membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound)
         self.user_terms = extra
         self._allocate()
@@ -111,10 +111,8 @@ class SolverIPC(newton.solvers.SolverBase):
     @property
     def terms(self) -> list[EnergyTerm]:
         "Every term of Φ, in the order they are assembled: Φ is their sum."
-        return [
-            self.inertia, self._drag, self.membrane, self.bending, self.barrier, self.friction, self.supports, self.tie,
-            *self.user_terms
-        ]
+        return [self.inertia, self._drag, self.membrane, self.bending, self.barrier, self.friction, self.supports,
+                self.tie, *self.user_terms]
 
 # %% ../nbs/10_solver.ipynb #b34521e8
 @patch
@@ -299,7 +297,6 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
     """The Newton direction Δx into `self._dx`, x + Δx into `self._xt` and the near set of that motion into
     `self._near` (unless the candidates must be rebuilt first: `self._outside` None or `barrier.flag` set); returns
     (∇Φ·Δx, max|Δx| over components, max ‖Δxᵢ‖ over particles) from one host read."""
-    self.membrane.project = not self._exact
     for _ in range(4):
         failed = self._launch_direction(x, st)
         first = [self._ls.first_batch] if self._early else []     # the first line-search batch, when launched
@@ -354,6 +351,7 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
     (α = 0: none) and whether to stop."""
     o = self.options
     if o["barrier_hessian"] == "switching": self.barrier.hessian = ("gauss-newton", "projected")[it >= PROJECTED_FROM]
+    self.membrane.project = not (self._exact and it >= EXACT_FROM)
     slope, max_dx, max_move = self._direction(x, st)
     st.newton_iterations += 1
     alpha, phi_t, done = 0.0, phi, True
