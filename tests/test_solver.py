@@ -337,7 +337,7 @@ def drape_iterations(membrane_hessian: str, steps: int = 80, **options):
 def test_exact_membrane_hessian_on_a_drape():
     """A sheet draping over a sphere folds under compression: with the membrane's exact Hessian some Newton matrices
     are indefinite, refused and factorised shifted, and the drape takes fewer iterations than with the projected one
-    (402 against 472 when written); PCG, which cannot notice an indefinite matrix, keeps the projected form."""
+    (420 against 472 when written); PCG, which cannot notice an indefinite matrix, keeps the projected form."""
     exact, s_exact = drape_iterations("exact")
     projected, s_projected = drape_iterations("projected")
     assert not s_exact.membrane.project and s_projected.membrane.project
