@@ -207,7 +207,7 @@ class MembraneTerm(ElementEnergyTerm):
     "Membrane energy Σ A0 Ψ over `ipc_model.elastic_tri`; `model` is \"stvk\" (default) or \"neohookean\"."
     def __init__(self, ipc_model: IPCModel, model: str = "stvk", *, project: bool = True):
         self.model_name, self._model = model, _model_id(model, "MembraneTerm")
-        self.project = bool(project)   # False only for tests: the exact, possibly indefinite Hessian
+        self.project = bool(project)   # False: the exact Hessian, indefinite where a triangle is compressed
         m = ipc_model
         self.device = m.device
         self.tri, self.elems, self.B, self.area = m.tri, m.elastic_tri, m.tri_B, m.tri_area

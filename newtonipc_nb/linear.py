@@ -21,9 +21,13 @@ from .terms import HessianBlocks, read_back
 class LinearSolveError(RuntimeError):
     "The Newton system could not be factorised or solved."
 
+class NotPositiveDefinite(LinearSolveError):
+    "A Cholesky factorisation met a pivot that is not positive: the matrix is indefinite (`factorise_shifted`)."
+
 # %% auto #0
-__all__ = ['LINEAR_SOLVERS', 'LinearSolveError', 'NewtonSystem', 'ScalarCSR', 'LinearSolver', 'PardisoSolver', 'CholespySolver',
-           'DenseSolver', 'PCGSolver', 'make_linear_solver', 'system_from_bsr', 'solve_linear']
+__all__ = ['LINEAR_SOLVERS', 'SHIFT_MIN', 'SHIFT_MAX', 'LinearSolveError', 'NotPositiveDefinite', 'NewtonSystem', 'ScalarCSR',
+           'LinearSolver', 'PardisoSolver', 'CholespySolver', 'DenseSolver', 'PCGSolver', 'make_linear_solver',
+           'system_from_bsr', 'solve_linear', 'factorise_shifted']
 
 # %% ../nbs/09_linear.ipynb #28ba7bc0
 @wp.func
@@ -134,6 +138,7 @@ class NewtonSystem:
         self._keys = np.zeros(0, np.int64)
         self._stale = False
         self._fresh_nnz = n
+        self.tau = 0.0                      # the shift τ I held by the equilibrated values (`shift`)
         self._set_pattern(np.arange(n, dtype=np.int64) * (n + 1))
 
     @property
@@ -184,7 +189,7 @@ def scatter(self: NewtonSystem, blocks: HessianBlocks, count: int) -> None:
     if self._stale: self._set_pattern(self._keys)       # a pattern change was cut short (an interrupt)
     self.H.values.zero_()
     self.flags.zero_()
-    self._checked, self._scattered = None, (blocks, count)
+    self._checked, self._scattered, self.tau = None, (blocks, count), 0.0
     if count:
         wp.launch(
             _scatter_blocks, dim=count, device=self.device, inputs=[
@@ -251,6 +256,7 @@ def copy(self: NewtonSystem) -> "NewtonSystem":
     for dst, src, k in ((s.H.values, self.H.values, self.nnz), (s.D, self.D, self.n), (s.grad, self.grad, self.n),
                         (s.rhs, self.rhs, self.n)):
         wp.copy(dst, src, count=k)
+    s.tau = self.tau
     return s
 
 @patch
@@ -299,8 +305,9 @@ class LinearSolver:
     """Solves the equilibrated Newton system: `analyse(system)` when its pattern changes, then `factorise(system)` and
     `solve(system, out)` every iteration; `stats` counts what it did."""
     name = "linear solver"
+    factorises = True           # a factorisation refuses an indefinite matrix (`NotPositiveDefinite`)
     def __init__(self):
-        self.stats = dict(analyses=0, factorisations=0, solves=0)
+        self.stats = dict(analyses=0, factorisations=0, solves=0, indefinite=0, shifted=0)
         self._version = None
 
     def prepare(self, system: NewtonSystem) -> None:
@@ -371,10 +378,9 @@ class PardisoSolver(LinearSolver):
                         data.ctypes.data_as(f64), self._ia.ctypes.data_as(i32), self._ja.ctypes.data_as(i32),
                         ps.perm.ctypes.data_as(i32), one, ps.iparm.ctypes.data_as(i32), ctypes.byref(ctypes.c_int32(0)),
                         b.ctypes.data_as(f64), self._x.ctypes.data_as(f64), ctypes.byref(err))
-        if err.value != 0:
-            raise LinearSolveError(f"pardiso phase {phase} failed with error {err.value}" +
-                                   (" (the matrix is not positive "
-                                    "definite)" if err.value == -4 else ""))
+        if err.value == -4:
+            raise NotPositiveDefinite(f"pardiso phase {phase}: the matrix is not positive definite (error -4)")
+        if err.value != 0: raise LinearSolveError(f"pardiso phase {phase} failed with error {err.value}")
         return self._x
 
     def factorise(self, system):
@@ -406,7 +412,7 @@ class CholespySolver(_TorchSolver):
         try:
             self._s = CholeskySolverD(3 * system.n, self._indptr, self._indices, data, MatrixType.CSR)
         except (RuntimeError, ValueError) as e:
-            raise LinearSolveError(f"cholespy: sparse Cholesky factorisation failed: {e}") from e
+            raise NotPositiveDefinite(f"cholespy: sparse Cholesky factorisation failed: {e}") from e
 
     def solve(self, system, out):
         x = torch.zeros(3 * system.n, dtype=torch.float64, device=self._dev)
@@ -425,7 +431,8 @@ class DenseSolver(_TorchSolver):
         A[rows, self._indices.long()] = wp.to_torch(self.csr.refresh())
         L, info = torch.linalg.cholesky_ex(A)
         if int(info) != 0:
-            raise LinearSolveError(f"dense Cholesky failed: leading minor {int(info)} of {n} is not positive definite")
+            raise NotPositiveDefinite(f"dense Cholesky failed: leading minor {int(info)} of {n} is not positive "
+                                      f"definite")
         self._L = L
 
     def solve(self, system, out):
@@ -440,6 +447,7 @@ class PCGSolver(LinearSolver):
     Warp's `cg` also applies `tol` as an *absolute* bound unless `atol` is given, so the bound is passed as atol =
     tol·‖b‖; the true residual is then checked, restarting CG from z (up to `max_restarts` times) if it drifted."""
     name = "pcg"
+    factorises = False          # CG does not notice an indefinite matrix: the solver keeps its Hessians PSD
     def __init__(self, tol: float = 1e-12, max_restarts: int = 5):
         super().__init__()
         if not (0 < tol < 1): raise ValueError(f"PCGSolver: tol must be in (0, 1), got {tol}")
@@ -513,3 +521,38 @@ def solve_linear(H: wps.BsrMatrix, rhs, method="auto") -> np.ndarray:
     z = wp.zeros(s.n, dtype=wp.vec3d, device=s.device)
     solver.solve(s, z)
     return z.numpy()
+
+# %% ../nbs/09_linear.ipynb #2a18e0d7
+SHIFT_MIN, SHIFT_MAX = 1.0e-4, 1.0e6
+
+@wp.kernel
+def _shift_diagonal(diag: wp.array(dtype=wp.int32), fixed: wp.array(dtype=wp.int32), values: wp.array(dtype=wp.mat33d),
+                    delta: wp.float64):
+    i = wp.tid()
+    if fixed[i] == 0:
+        values[diag[i]] = values[diag[i]] + delta * wp.identity(n=3, dtype=wp.float64)
+
+@patch
+def shift(self: NewtonSystem, tau: float):
+    "Make the equilibrated matrix D H D + τ I on the free particles (the next `scatter` starts again from τ = 0)."
+    if tau != self.tau:
+        wp.launch(_shift_diagonal, dim=self.n, device=self.device,
+                  inputs=[self.diag, self.fixed, self.H.values, wp.float64(tau - self.tau)])
+        self.tau = tau
+
+def factorise_shifted(linear: LinearSolver, system: NewtonSystem, last: float = 0.0) -> float:
+    """Factorise the equilibrated system, shifted by τ I if it is not positive definite, and return τ: 0 first; after
+    a refusal a tenth of `last` (the τ the step's last shifted factorisation needed), at least SHIFT_MIN; then ×10 at
+    each refusal. Past SHIFT_MAX the refusal (`NotPositiveDefinite`) is raised."""
+    tau = 0.0
+    while True:
+        system.shift(tau)
+        try:
+            linear.prepare(system)
+        except NotPositiveDefinite:
+            linear.stats["indefinite"] += 1
+            if tau >= SHIFT_MAX: raise
+            tau = 10.0 * tau if tau > 0 else max(SHIFT_MIN, last / 10)
+            continue
+        linear.stats["shifted"] += tau > 0
+        return tau

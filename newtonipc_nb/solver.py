@@ -25,14 +25,14 @@ from .obstacles import first_inside, obstacles_from_newton, with_obstacles
 from .ccd import DeviceStepBound, candidate_step_bounds, fp32_gap_check
 from .intersections import count_intersections
 from .friction import FrictionTerm
-from .linear import LinearSolveError, NewtonSystem, make_linear_solver
+from .linear import LinearSolveError, NewtonSystem, factorise_shifted, make_linear_solver
 from .line_search import LineSearch, _axpy
 from .rest_contacts import check_rest_contacts
 from .solver_interface import (MIN_DT, IterationInfo, SolverError, StepFailure, StepStats, _Timer,
                                            _check_options, _check_terms)
 
 # %% auto #0
-__all__ = ['PROJECTED_FROM', 'SolverIPC']
+__all__ = ['PROJECTED_FROM', 'EXACT_FROM', 'SolverIPC']
 
 # %% ../nbs/10_solver.ipynb #9dc52d9c
 @wp.kernel
@@ -46,6 +46,7 @@ def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), 
 
 _GROW, _PAD = 1.0 + 1e-9, 1e-12           # reach = 2 max‖Δxᵢ‖ · _GROW + _PAD: rounding never shrinks the near set
 PROJECTED_FROM = 2     # barrier_hessian="switching": a step's iterations from this one on use projected Hessians
+EXACT_FROM = 3         # membrane_hessian="exact": a step's iterations from this one on use the exact membrane Hessian
 
 @wp.kernel
 def _reach(norms: wp.array(dtype=wp.float64), grow: wp.float64, pad: wp.float64, out: wp.array(dtype=wp.float64)):
@@ -66,9 +67,10 @@ class SolverIPC(newton.solvers.SolverBase):
     film particles; `skin` [1.5e-3 m] candidate reuse distance; `sphere_particles` [None: particles on no triangle]
     sphere centres; `observer` [None] a callable that receives an `IterationInfo` after every Newton iteration;
     `terms` [()] extra `EnergyTerm`s added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape
-    holds film–film pairs inside `dhat` (a sheet that would lock) is refused with an error naming a `dhat` that
-    works (see `newtonipc_nb.rest_contacts`), unless "allow"; `barrier_hessian` ["switching": Gauss–Newton blocks,
-    projected from iteration `PROJECTED_FROM`], "gauss-newton" (B″∇g∇gᵀ per contact) or "projected" (`BarrierTerm`).
+    holds film–film pairs inside `dhat` (a sheet that would lock) is refused, naming a `dhat` that works, unless
+    "allow"; `barrier_hessian` ["switching": Gauss–Newton blocks, projected from iteration `PROJECTED_FROM`],
+    "gauss-newton" or "projected" (`BarrierTerm`); `membrane_hessian` ["exact" from iteration `EXACT_FROM`, the
+    matrix shifted where indefinite] or "projected" (always with a linear solver that does not factorise).
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -78,13 +80,13 @@ class SolverIPC(newton.solvers.SolverBase):
                  line_search_trials: int = 48, line_search_batch: int | None = None, max_subdivisions: int = 7,
                  step_bound: str = "accd", linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3,
                  sphere_particles=None, observer=None, terms=(), rest_contacts: str = "refuse",
-                 barrier_hessian: str = "switching"):
+                 barrier_hessian: str = "switching", membrane_hessian: str = "exact"):
         super().__init__(model)
         _check_options(membrane=membrane, step_bound=step_bound, rest_contacts=rest_contacts,
                        barrier_hessian=barrier_hessian, dhat=dhat, kappa=kappa, tolerance=tolerance, min_gap=min_gap,
                        friction=friction, drag=drag, skin=skin, max_iterations=max_iterations,
                        line_search_trials=line_search_trials, max_subdivisions=max_subdivisions, observer=observer,
-                       line_search_batch=line_search_batch)
+                       line_search_batch=line_search_batch, membrane_hessian=membrane_hessian)
         extra = _check_terms(terms)
         self.ipc = IPCModel.from_newton(model, sphere_particles=sphere_particles)
         if rest_contacts == "refuse": check_rest_contacts(self.ipc, dhat, min_gap, fn="SolverIPC")
@@ -95,11 +97,12 @@ class SolverIPC(newton.solvers.SolverBase):
         self.contact = with_obstacles(self.ipc, self.obstacles, self.obstacles.positions(body_q))
         self.linear = make_linear_solver(linear_solver, device=d)
         self.observer = observer
-        self.options = dict(membrane=membrane, dhat=dhat, min_gap=min_gap, kappa=kappa, friction=friction,
-                            max_iterations=int(max_iterations), tolerance=tolerance, step_bound=step_bound,
-                            line_search_trials=int(line_search_trials), max_subdivisions=int(max_subdivisions),
+        self.options = dict(membrane=membrane, membrane_hessian=membrane_hessian, dhat=dhat, min_gap=min_gap,
+                            kappa=kappa, friction=friction, max_iterations=int(max_iterations), tolerance=tolerance,
+                            step_bound=step_bound, line_search_trials=int(line_search_trials), drag=drag, skin=skin,
+                            max_subdivisions=int(max_subdivisions), linear_solver=self.linear.name,
                             line_search_batch=int(line_search_batch or (4 if wp.get_device(d).is_cuda else 1)),
-                            linear_solver=self.linear.name, drag=drag, skin=skin, barrier_hessian=barrier_hessian)
+                            barrier_hessian=barrier_hessian)
         self._build_terms(membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound)
         self.user_terms = extra
         self._allocate()
@@ -108,17 +111,16 @@ class SolverIPC(newton.solvers.SolverBase):
     @property
     def terms(self) -> list[EnergyTerm]:
         "Every term of Φ, in the order they are assembled: Φ is their sum."
-        return [
-            self.inertia, self._drag, self.membrane, self.bending, self.barrier, self.friction, self.supports, self.tie,
-            *self.user_terms
-        ]
+        return [self.inertia, self._drag, self.membrane, self.bending, self.barrier, self.friction, self.supports,
+                self.tie, *self.user_terms]
 
 # %% ../nbs/10_solver.ipynb #b34521e8
 @patch
 def _build_terms(self: SolverIPC, membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound):
     "The terms of Φ, the candidate search the barrier and friction share, and the step bound of the line search."
     d, first = self.ipc.device, barrier_hessian.replace("switching", "gauss-newton")   # switched in _iteration
-    self.membrane = MembraneTerm(self.ipc, model=membrane)
+    self._exact = self.options["membrane_hessian"] == "exact" and self.linear.factorises     # else each triangle's PSD
+    self.membrane = MembraneTerm(self.ipc, model=membrane, project=not self._exact)
     self.bending = HingeTerm(self.ipc)
     self.supports = SupportTerm(device=d)
     self.tie = TieTerm(device=d)
@@ -256,8 +258,8 @@ def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats) -> LinearSolv
         self._assemble(x)
     self._outside, self._early = None, False
     try:
-        with _Timer(st.times, "factorisation"):
-            self.linear.prepare(self.system)
+        with _Timer(st.times, "factorisation"):   # τ I added where the exact membrane left it indefinite; a shift
+            self._tau = factorise_shifted(self.linear, self.system, self._tau) or self._tau    # is kept for refusals
         with _Timer(st.times, "solve"):
             self.linear.solve(self.system, self._z)
     except LinearSolveError as e:
@@ -295,7 +297,7 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
     """The Newton direction Δx into `self._dx`, x + Δx into `self._xt` and the near set of that motion into
     `self._near` (unless the candidates must be rebuilt first: `self._outside` None or `barrier.flag` set); returns
     (∇Φ·Δx, max|Δx| over components, max ‖Δxᵢ‖ over particles) from one host read."""
-    for _ in range(3):
+    for _ in range(4):
         failed = self._launch_direction(x, st)
         first = [self._ls.first_batch] if self._early else []     # the first line-search batch, when launched
         norms, flags, prepared, near, *first = self._reads.read(self._norms, self.system.flags,
@@ -306,6 +308,9 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
             st.patterns += 1
             continue
         if not fits: continue                       # more active contacts than reserved slots: assemble again
+        if int(flags[1]) and not self.membrane.project:     # compression left a particle no stiffness of its own:
+            self.membrane.project = True                    # this iteration's membrane is assembled projected
+            continue
         try:
             self.system.check_diagonal(int(flags[1]))
         except LinearSolveError as e:
@@ -317,7 +322,7 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
         if self._outside is not None: self.barrier.settle_near(self._near, near)
         self._ls.first = first[0] if first else None
         return slope, max_dx, max_move
-    raise AssertionError("three assemblies at one iterate: a block still outside the grown pattern, or more active "
+    raise AssertionError("four assemblies at one iterate: a block still outside the grown pattern, or more active "
                          "contacts than slots for every candidate")
 
 # %% ../nbs/10_solver.ipynb #bbde2f5e
@@ -346,6 +351,7 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
     (α = 0: none) and whether to stop."""
     o = self.options
     if o["barrier_hessian"] == "switching": self.barrier.hessian = ("gauss-newton", "projected")[it >= PROJECTED_FROM]
+    self.membrane.project = not (self._exact and it >= EXACT_FROM)
     slope, max_dx, max_move = self._direction(x, st)
     st.newton_iterations += 1
     alpha, phi_t, done = 0.0, phi, True
@@ -390,6 +396,7 @@ def _newton(self: SolverIPC, dt: float, st: StepStats, phi: float | None = None)
     st.energies.append(phi)
     if not math.isfinite(phi):
         raise SolverError("invalid start: the objective is not finite at the start positions (an inverted triangle?)")
+    self._tau = 0.0                     # the shift needed last in this step (`factorise_shifted`)
     for it in range(self.options["max_iterations"]):
         alpha, phi, done = self._iteration(self._x, phi, it, dt, st)
         if alpha > 0: self._x, self._xt = self._xt, self._x

@@ -4,7 +4,7 @@ import pytest
 import warp as wp
 
 from newtonipc_nb.terms import HessianBlocks
-from newtonipc_nb.linear import LINEAR_SOLVERS, LinearSolveError, NewtonSystem, PardisoSolver, make_linear_solver
+from newtonipc_nb.linear import LINEAR_SOLVERS, NewtonSystem, NotPositiveDefinite, PardisoSolver, make_linear_solver
 from newtonipc_nb.solver import SolverIPC
 from newtonipc_nb.scenes.reference import hinge_scene
 
@@ -93,6 +93,6 @@ def test_indefinite_systems_are_refused(name):
     ns.grad.assign(np.ones((2, 3)))
     ns.finish()
     solver = make_linear_solver(name)
-    with pytest.raises(LinearSolveError):
+    with pytest.raises(NotPositiveDefinite):
         solver.prepare(ns)
         solver.solve(ns, wp.zeros(2, dtype=wp.vec3d))

@@ -319,3 +319,31 @@ def test_batched_line_search_takes_the_sequential_steps(step_bound, user_term):
         runs.append((s0.particle_q.numpy(), stats))
     assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
     assert sum(t for _, t, _, _ in stats) > sum(n for n, _, _, _ in stats) + 3     # trials beyond the first were taken
+
+
+def drape_iterations(membrane_hessian: str, steps: int = 80, **options):
+    "(Newton iterations, the solver) of a 15 × 15 bag-film sheet falling over a sphere for `steps` steps."
+    model, _ = sheet_on_sphere(15)
+    solver = SolverIPC(model, membrane_hessian=membrane_hessian, **options)
+    a, b = model.state(), model.state()
+    its = 0
+    for _ in range(steps):
+        solver.step(a, b, None, None, 1 / 240)
+        a, b = b, a
+        its += solver.last_stats.newton_iterations
+    return its, solver
+
+
+def test_exact_membrane_hessian_on_a_drape():
+    """A sheet draping over a sphere folds under compression: with the membrane's exact Hessian some Newton matrices
+    are indefinite, refused and factorised shifted, and the drape takes fewer iterations than with the projected one
+    (420 against 472 when written); PCG, which cannot notice an indefinite matrix, keeps the projected form."""
+    exact, s_exact = drape_iterations("exact")
+    projected, s_projected = drape_iterations("projected")
+    assert not s_exact.membrane.project and s_projected.membrane.project
+    assert s_exact.linear.stats["indefinite"] > 0 and s_exact.linear.stats["shifted"] > 0
+    assert s_projected.linear.stats["indefinite"] == 0
+    assert exact < 0.95 * projected, (exact, projected)
+    model, _ = sheet_on_sphere(4)
+    assert SolverIPC(model, linear_solver="pcg").membrane.project
+    with pytest.raises(ValueError, match="membrane_hessian"): SolverIPC(model, membrane_hessian="clipped")
