@@ -552,7 +552,9 @@ def prepare(self: BarrierTerm, x: wp.array) -> None:
             ], outputs=[self._active_count, self._active])
     wp.launch(_pack_count, dim=1, inputs=[self._active_count, self._no_flag, self.prepared_scalars], device=cs.device)
     scope, every = self._scope, self._every_slot
-    slots = cs.count if scope is None or every else min(cs.count, scope.count)
+    # slots for the restricted set, at most twice the last active count and 4,096 more: a near set inflated by a long
+    # Newton direction would otherwise reserve 16 blocks per candidate; more actives than that assemble again (all)
+    slots = cs.count if scope is None or every else min(cs.count, scope.count, 2 * self._active_n + 4096)
     self._prepared, self._unread, self._every_slot = [cs, cs.count, None, slots], slots, False
 
 @patch
