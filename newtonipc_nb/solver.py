@@ -322,8 +322,8 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
         if self._outside is not None: self.barrier.settle_near(self._near, near)
         self._ls.first = first[0] if first else None
         return slope, max_dx, max_move
-    raise AssertionError("four assemblies at one iterate: a block still outside the grown pattern, or more active "
-                         "contacts than slots for every candidate")
+    raise AssertionError("four assemblies at one iterate: a block still outside the grown pattern, more active "
+                         "contacts than slots for every candidate, or a bad diagonal with the projected membrane")
 
 # %% ../nbs/10_solver.ipynb #bbde2f5e
 @patch
