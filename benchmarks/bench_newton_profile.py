@@ -1,12 +1,14 @@
 """Benchmark: where the bag's Newton iterations go — one record per Newton iteration, from `SolverIPC(observer=...)`.
 
-Runs the resolution-1 bag (from t = 0, or `--resume FILE --resume-at T` for a window) with an observer and records,
-for every Newton iteration: the step it belongs to, dt (a subdivided step has dt < 1/240 s), the iteration index,
-max|Δx|, ∇Φ·Δx, the CCD step bound α₀ of its first line-search trial, the α taken, Φ, and the largest free-particle
-|∇Φᵢ| where the iteration started. α < α₀ means the Armijo test cut the step (log₂(α₀/α) overshoots); α₀ < 1 means the
-step bound did. Writes PREFIX_iterations.npz beside the trajectory PREFIX.npz and prints a per-phase summary.
+Runs the bag (resolution 1 unless `--resolution`; from t = 0, or `--resume FILE --resume-at T` for a window) with an
+observer and records, for every Newton iteration: the step it belongs to, dt (a subdivided step has dt < 1/240 s), the
+iteration index, max|Δx|, ∇Φ·Δx, the CCD step bound α₀ of its first line-search trial, the α taken, Φ, and the largest
+free-particle |∇Φᵢ| where the iteration started. α < α₀ means the Armijo test cut the step (log₂(α₀/α) overshoots); α₀ <
+1 means the step bound did. Writes PREFIX_iterations.npz beside the trajectory PREFIX.npz and prints a per-phase
+summary.
 
-    python benchmarks/bench_newton_profile.py OUT_PREFIX [--until 10.5] [--resume FILE --resume-at T] [--summary]
+    python benchmarks/bench_newton_profile.py OUT_PREFIX [--until 10.5] [--resume FILE --resume-at T] [--resolution R]
+                                              [--summary]
     python benchmarks/bench_newton_profile.py --compare BEFORE.npz AFTER.npz   # per-phase table of two full runs
 
 `--compare` prints, per phase, for two trajectories run side by side: steps, Newton iterations, the solver's timed
@@ -107,6 +109,7 @@ def main():
     ap.add_argument("--until", type=float, default=10.5)
     ap.add_argument("--resume", default=None)
     ap.add_argument("--resume-at", type=float, default=None)
+    ap.add_argument("--resolution", type=int, default=1)
     ap.add_argument("--summary", action="store_true", help="only summarise PREFIX_iterations.npz written before")
     a = ap.parse_args()
     if a.compare: return compare(*a.compare)
@@ -117,7 +120,7 @@ def main():
         rec = Recorder(k0)
         try:
             run_bag(a.until, out=str(a.prefix.with_suffix(".npz")), progress=False, resume=a.resume,
-                    resume_at=a.resume_at, observer=rec, save_every=30.0)
+                    resume_at=a.resume_at, observer=rec, save_every=30.0, resolution=a.resolution)
         finally:
             df = rec.frame()
             np.savez(it_file, **{c: df[c].to_numpy() for c in FIELDS})

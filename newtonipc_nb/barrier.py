@@ -435,7 +435,7 @@ class BarrierTerm(EnergyTerm):
                                                                                                  device=cs.device)
         self._no_flag = wp.zeros(1, dtype=wp.int32, device=cs.device)
         self.flag = 0                       # the caller's flag read with the last near set's count
-        self._prepared, self._unread, self._every_slot, self._active_n = None, None, False, 0
+        self._prepared, self._unread, self._overflowed, self._active_n = None, None, False, 0
         self._scope, self._scope_count = None, None
 
     @property
@@ -551,20 +551,20 @@ def prepare(self: BarrierTerm, x: wp.array) -> None:
                 wp.float64(self.dhat)
             ], outputs=[self._active_count, self._active])
     wp.launch(_pack_count, dim=1, inputs=[self._active_count, self._no_flag, self.prepared_scalars], device=cs.device)
-    scope, every = self._scope, self._every_slot
     # slots for the restricted set, at most twice the last active count and 4,096 more: a near set inflated by a long
-    # Newton direction would otherwise reserve 16 blocks per candidate; more actives than that assemble again (all)
-    slots = cs.count if scope is None or every else min(cs.count, scope.count, 2 * self._active_n + 4096)
-    self._prepared, self._unread, self._every_slot = [cs, cs.count, None, slots], slots, False
+    # Newton direction would otherwise reserve 16 blocks per candidate; after an overflow, the count just read rules
+    cap, scope = 2 * self._active_n + 4096, self._scope
+    slots = cs.count if scope is None else min(cs.count, cap if self._overflowed else min(scope.count, cap))
+    self._prepared, self._unread, self._overflowed = [cs, cs.count, None, slots], slots, False
 
 @patch
 def settle_prepare(self: BarrierTerm, scalars) -> bool:
     """Take the last `prepare`'s [motion, count, flag] read back; False when more candidates were active than it had
-    reserved slots for (assemble again: the next `prepare` reserves one for every candidate)."""
+    reserved slots for (assemble again: the next `prepare` reserves twice this count and 4,096 more)."""
     count, _ = self._settle_screen(scalars)
     slots, self._unread, self._active_n = self._unread, None, count
     if self._prepared is not None: self._prepared[2] = count
-    if slots is not None and count > slots: self._every_slot = True
+    if slots is not None and count > slots: self._overflowed = True
     return slots is None or count <= slots
 
 # %% ../nbs/05_contact_barrier.ipynb #6e1a0c3b

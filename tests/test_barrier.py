@@ -447,3 +447,49 @@ def test_screened_active_and_near_sets_match_full_evaluation():
                 for p in near.pairs.numpy()[:near.count].tolist()
                 } == {tuple(pairs[c])
                       for c in np.flatnonzero(g < 1e-3 + reach)}
+
+
+def _assembled(term, x, n):
+    "Gradient and dense Hessian of one `accumulate` of `term` at x (n particles)."
+    grad = wp.zeros(n, dtype=wp.vec3d, device="cpu")
+    hb = HessianBlocks.allocate(term.num_blocks(), device="cpu")
+    term.accumulate(x, grad, hb, 0)
+    H = np.zeros((3 * n, 3 * n))
+    for r, c, m in zip(hb.rows.numpy(), hb.cols.numpy(), hb.vals.numpy()):
+        if r >= 0: H[3 * r:3 * r + 3, 3 * c:3 * c + 3] += m
+    return grad.numpy().ravel(), H
+
+
+def test_barrier_slots_follow_the_active_count():
+    """With a near set far larger than the active set, `prepare` reserves slots for at most twice the last active count
+    and 4,096 more, not for every near candidate; when the actives exceed that (a first call: no count yet), the count
+    read says so, and the next `prepare` reserves twice that count and 4,096 more, not a slot per candidate. The
+    assembly then equals the unrestricted one."""
+    V, _ = bag_mesh()
+    X = flattened_bag(V)                       # layers 37 µm apart and more: 9,087 of 31,166 candidates active
+    search = CandidateSearch(bag_film_model("cpu"), device="cpu")
+    xw = _wp(X)
+    search.update(xw, xw)
+    term = BarrierTerm(search)
+    near = term.near(xw, 0.05)                 # a reach of 5 cm: every candidate is near
+    n_cand = search.contacts.count
+    assert near.count == n_cand
+    term.restrict(near)
+    term.prepare(xw)
+    assert term.num_blocks() == 16 * 4096      # no active count read yet: 4,096 slots
+    assert not term.settle_prepare(term.prepared_scalars.numpy())
+    n_act = term.active_count()
+    assert 4096 < n_act and 2 * n_act + 4096 < n_cand
+    term.prepare(xw)                           # the caller assembles again
+    assert term.num_blocks() == 16 * (2 * n_act + 4096)
+    assert term.settle_prepare(term.prepared_scalars.numpy())
+    assert term.num_blocks() == 16 * n_act     # once read, exactly the actives
+    grad, H = _assembled(term, xw, len(X))
+    full = BarrierTerm(search)
+    full.prepare(xw)
+    assert full.num_blocks() == 16 * n_cand    # unrestricted before its count is read: every candidate
+    grad_full, H_full = _assembled(full, xw, len(X))
+    np.testing.assert_allclose(grad, grad_full, rtol=1e-12, atol=1e-12 * np.abs(grad_full).max())
+    np.testing.assert_allclose(H, H_full, rtol=1e-12, atol=1e-12 * np.abs(H_full).max())
+    term.prepare(xw)                           # a settled count caps the next reservation even under a larger set
+    assert term.num_blocks() == 16 * min(n_cand, 2 * n_act + 4096)
