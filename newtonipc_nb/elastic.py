@@ -15,8 +15,9 @@ from .inputs import IPCModel, add_mesh, mat32d, set_hinge_stiffness
 from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays
 
 # %% auto #0
-__all__ = ['MEMBRANE_MODELS', 'triangle_rest_shape', 'MembraneTerm', 'membrane_energy', 'membrane_derivatives', 'HingeTerm',
-           'hinge_angle', 'hinge_derivatives', 'bent_cylinder', 'cylinder_energy_ratio', 'equilateral_mesh']
+__all__ = ['MEMBRANE_MODELS', 'MEMBRANE_HESSIANS', 'triangle_rest_shape', 'MembraneTerm', 'membrane_energy',
+           'membrane_derivatives', 'HingeTerm', 'hinge_angle', 'hinge_derivatives', 'bent_cylinder',
+           'cylinder_energy_ratio', 'equilateral_mesh']
 
 # %% ../nbs/02_membrane_bending.ipynb #cd4d5f60
 def triangle_rest_shape(X0) -> tuple[np.ndarray, np.ndarray]:
@@ -38,6 +39,7 @@ def triangle_rest_shape(X0) -> tuple[np.ndarray, np.ndarray]:
 
 # %% ../nbs/02_membrane_bending.ipynb #0b3ed4e4
 MEMBRANE_MODELS = {"stvk": 0, "neohookean": 1}
+MEMBRANE_HESSIANS = {"exact": 0, "projected": 1, "absolute": 2}
 
 @wp.func
 def _deformation(x0: wp.vec3d, x1: wp.vec3d, x2: wp.vec3d, B: mat32d) -> mat32d:
@@ -92,6 +94,21 @@ def _psd2(S: wp.mat22d) -> wp.mat22d:
     return out
 
 @wp.func
+def _abs2(S: wp.mat22d) -> wp.mat22d:
+    "Absolute value of a symmetric 2×2 matrix, Q |Λ| Qᵀ (closed form)."
+    half = wp.float64(0.5)
+    m = half * (S[0, 0] + S[1, 1])
+    r = wp.sqrt(half * half * (S[0, 0] - S[1, 1]) * (S[0, 0] - S[1, 1]) + S[0, 1] * S[0, 1])
+    lo = m - r
+    hi = m + r
+    out = S
+    if hi <= wp.float64(0.0):
+        out = -S
+    elif lo < wp.float64(0.0):
+        out = ((hi + lo) * S - wp.float64(2.0) * hi * lo * wp.identity(n=2, dtype=wp.float64)) / (hi - lo)
+    return out
+
+@wp.func
 def _psd3(M: wp.mat33d) -> wp.mat33d:
     """Positive-eigenvalue part of a symmetric 3×3 matrix (eigen-decomposition unless Sylvester's criterion shows it is
     positive definite)."""
@@ -104,6 +121,19 @@ def _psd3(M: wp.mat33d) -> wp.mat33d:
             for j in range(3):
                 D[j, j] = wp.max(d[j], zero)
             out = Q * D * wp.transpose(Q)
+    return out
+
+@wp.func
+def _abs3(M: wp.mat33d) -> wp.mat33d:
+    "Absolute value of a symmetric 3×3 matrix, Q |Λ| Qᵀ (untouched when Sylvester's criterion shows it is positive)."
+    zero = wp.float64(0.0)
+    out = M
+    if not (M[0, 0] > zero and M[0, 0] * M[1, 1] - M[0, 1] * M[1, 0] > zero and wp.determinant(M) > zero):
+        Q, d = wp.eig3(M)
+        D = wp.mat33d()
+        for j in range(3):
+            D[j, j] = wp.abs(d[j])
+        out = Q * D * wp.transpose(Q)
     return out
 
 # %% ../nbs/02_membrane_bending.ipynb #1a394c6d
@@ -160,7 +190,7 @@ def _membrane_energy_kernel(
 def _membrane_accumulate_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype=wp.int32, ndim=2),
                                 elems: wp.array(dtype=wp.int32), B: wp.array(dtype=mat32d),
                                 area: wp.array(dtype=wp.float64), mu: wp.array(dtype=wp.float64),
-                                lam: wp.array(dtype=wp.float64), model: wp.int32, project: wp.int32, offset: wp.int32,
+                                lam: wp.array(dtype=wp.float64), model: wp.int32, hessian: wp.int32, offset: wp.int32,
                                 grad: wp.array(dtype=wp.vec3d), rows: wp.array(dtype=wp.int32),
                                 cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d)):
     e = wp.tid()
@@ -185,9 +215,12 @@ def _membrane_accumulate_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype
     P = F * S
     Sg = S
     Mg = M
-    if project != 0:
+    if hessian == 1:        # projected
         Sg = _psd2(S)
         Mg = _psd3(M)
+    elif hessian == 2:      # absolute
+        Sg = _abs2(S)
+        Mg = _abs3(M)
     I3 = wp.identity(n=3, dtype=wp.float64)
     for a in range(3):
         wp.atomic_add(grad, tri[t, a], A0 * (P * Bt[a]))
@@ -204,10 +237,12 @@ def _model_id(model: str, fn: str) -> int:
     return MEMBRANE_MODELS[choice(model, "model", sorted(MEMBRANE_MODELS), fn=fn)]
 
 class MembraneTerm(ElementEnergyTerm):
-    "Membrane energy Σ A0 Ψ over `ipc_model.elastic_tri`; `model` is \"stvk\" (default) or \"neohookean\"."
-    def __init__(self, ipc_model: IPCModel, model: str = "stvk", *, project: bool = True):
+    """Membrane energy Σ A0 Ψ over `ipc_model.elastic_tri`; `model` is "stvk" (default) or "neohookean"; `hessian`
+    (one of `MEMBRANE_HESSIANS`, may be changed between assemblies) "projected" (default), "absolute" or "exact"."""
+    def __init__(self, ipc_model: IPCModel, model: str = "stvk", *, hessian: str = "projected"):
         self.model_name, self._model = model, _model_id(model, "MembraneTerm")
-        self.project = bool(project)   # False: the exact Hessian, indefinite where a triangle is compressed
+        self.hessian = choice(hessian, "hessian", tuple(MEMBRANE_HESSIANS), fn="MembraneTerm")  # "exact": indefinite
+        # where a triangle is compressed
         m = ipc_model
         self.device = m.device
         self.tri, self.elems, self.B, self.area = m.tri, m.elastic_tri, m.tri_B, m.tri_area
@@ -231,12 +266,13 @@ class MembraneTerm(ElementEnergyTerm):
     def num_blocks(self) -> int: return 9 * self.count
 
     def accumulate(self, x: wp.array, grad: wp.array, blocks: HessianBlocks, offset: int) -> None:
-        "Add the membrane gradient into `grad` and write 9 PSD blocks per triangle at [offset, offset + num_blocks())."
+        """Add the membrane gradient into `grad` and write 9 blocks per triangle at [offset, offset + num_blocks()), PSD
+        unless `hessian` is "exact"."""
         check_term_arrays("MembraneTerm", x, self.device, grad, blocks, offset, self.num_blocks(), self._n_min)
         if not self.count: return
         wp.launch(_membrane_accumulate_kernel, dim=self.count, device=self.device,
                   inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam, wp.int32(self._model),
-                          wp.int32(self.project), wp.int32(offset)],
+                          wp.int32(MEMBRANE_HESSIANS[self.hessian]), wp.int32(offset)],
                   outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
 
 # %% ../nbs/02_membrane_bending.ipynb #6604067b
@@ -272,9 +308,10 @@ def _blocks_to_dense(vals: np.ndarray, n: int, per: int) -> np.ndarray:
     "Element blocks (n·per², 3, 3) in (a, b) order → dense element matrices (n, 3·per, 3·per)."
     return vals.reshape(n, per, per, 3, 3).transpose(0, 1, 3, 2, 4).reshape(n, 3 * per, 3 * per)
 
-def membrane_derivatives(X, B, area, mu, lam, model: str = "neohookean", *, project: bool = True, device=None):
-    """Energies (n,), gradients (n, 3, 3) and element Hessians (n, 9, 9) of triangles `X`; `project=False` gives the
-    exact Hessian."""
+def membrane_derivatives(X, B, area, mu, lam, model: str = "neohookean", *, hessian: str = "projected", device=None):
+    """Energies (n,), gradients (n, 3, 3) and element Hessians (n, 9, 9) of triangles `X`, the Hessians in the form
+    `hessian` names (`MEMBRANE_HESSIANS`)."""
+    form = MEMBRANE_HESSIANS[choice(hessian, "hessian", tuple(MEMBRANE_HESSIANS), fn="membrane_derivatives")]
     n, mid, d, x, tri, el, Bw, aw, mw, lw = _membrane_batch(X, B, area, mu, lam, model, device, "membrane_derivatives")
     e = wp.zeros(n, dtype=wp.float64, device=d)
     g = wp.zeros(3 * n, dtype=wp.vec3d, device=d)
@@ -286,7 +323,7 @@ def membrane_derivatives(X, B, area, mu, lam, model: str = "neohookean", *, proj
         wp.launch(_membrane_accumulate_kernel, dim=n, device=d,
                   inputs=[x, tri, el, Bw, aw, mw, lw,
                           wp.int32(mid),
-                          wp.int32(bool(project)),
+                          wp.int32(form),
                           wp.int32(0)], outputs=[g, hb.rows, hb.cols, hb.vals])
     return e.numpy(), g.numpy().reshape(n, 3, 3), _blocks_to_dense(hb.vals.numpy(), n, 3)
 

@@ -46,7 +46,7 @@ def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), 
 
 _GROW, _PAD = 1.0 + 1e-9, 1e-12           # reach = 2 max‖Δxᵢ‖ · _GROW + _PAD: rounding never shrinks the near set
 PROJECTED_FROM = 2     # barrier_hessian="switching": a step's iterations from this one on use projected Hessians
-EXACT_FROM = 3         # membrane_hessian="exact": a step's iterations from this one on use the exact membrane Hessian
+EXACT_FROM = 3         # membrane_hessian "exact" or "absolute": a step's iterations from this one on use that form
 
 @wp.kernel
 def _reach(norms: wp.array(dtype=wp.float64), grow: wp.float64, pad: wp.float64, out: wp.array(dtype=wp.float64)):
@@ -69,8 +69,8 @@ class SolverIPC(newton.solvers.SolverBase):
     `terms` [()] extra `EnergyTerm`s added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape
     holds film–film pairs inside `dhat` (a sheet that would lock) is refused, naming a `dhat` that works, unless
     "allow"; `barrier_hessian` ["switching": Gauss–Newton blocks, projected from iteration `PROJECTED_FROM`],
-    "gauss-newton" or "projected" (`BarrierTerm`); `membrane_hessian` ["exact" from iteration `EXACT_FROM`, the
-    matrix shifted where indefinite] or "projected" (always with a linear solver that does not factorise).
+    "gauss-newton" or "projected" (`BarrierTerm`); `membrane_hessian` ["exact" from iteration `EXACT_FROM`,
+    shifted where indefinite; PCG: "projected"], "absolute" (from `EXACT_FROM`; never indefinite) or "projected".
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -119,8 +119,9 @@ class SolverIPC(newton.solvers.SolverBase):
 def _build_terms(self: SolverIPC, membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound):
     "The terms of Φ, the candidate search the barrier and friction share, and the step bound of the line search."
     d, first = self.ipc.device, barrier_hessian.replace("switching", "gauss-newton")   # switched in _iteration
-    self._exact = self.options["membrane_hessian"] == "exact" and self.linear.factorises     # else each triangle's PSD
-    self.membrane = MembraneTerm(self.ipc, model=membrane, project=not self._exact)
+    late = self.options["membrane_hessian"]          # the form from iteration EXACT_FROM on; a solver that does not
+    self._late = "projected" if late == "exact" and not self.linear.factorises else late   # factorise cannot notice
+    self.membrane = MembraneTerm(self.ipc, model=membrane, hessian=self._late)              # an indefinite matrix
     self.bending = HingeTerm(self.ipc)
     self.supports = SupportTerm(device=d)
     self.tie = TieTerm(device=d)
@@ -308,8 +309,8 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
             st.patterns += 1
             continue
         if not fits: continue                       # more active contacts than reserved slots: assemble again
-        if int(flags[1]) and not self.membrane.project:     # compression left a particle no stiffness of its own:
-            self.membrane.project = True                    # this iteration's membrane is assembled projected
+        if int(flags[1]) and self.membrane.hessian == "exact":  # compression left a particle no stiffness of its
+            self.membrane.hessian = "projected"                 # own: this iteration's membrane is assembled projected
             continue
         try:
             self.system.check_diagonal(int(flags[1]))
@@ -351,7 +352,7 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
     (α = 0: none) and whether to stop."""
     o = self.options
     if o["barrier_hessian"] == "switching": self.barrier.hessian = ("gauss-newton", "projected")[it >= PROJECTED_FROM]
-    self.membrane.project = not (self._exact and it >= EXACT_FROM)
+    self.membrane.hessian = self._late if it >= EXACT_FROM else "projected"
     slope, max_dx, max_move = self._direction(x, st)
     st.newton_iterations += 1
     alpha, phi_t, done = 0.0, phi, True

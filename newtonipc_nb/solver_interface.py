@@ -90,7 +90,7 @@ def _check_options(*, membrane, step_bound, rest_contacts, barrier_hessian, dhat
     choice(step_bound, "option step_bound", ("accd", "normal"), fn=fn)
     choice(rest_contacts, "option rest_contacts", ("refuse", "allow"), fn=fn)
     choice(barrier_hessian, "option barrier_hessian", ("switching", "projected", "gauss-newton"), fn=fn)
-    choice(membrane_hessian, "option membrane_hessian", ("exact", "projected"), fn=fn)
+    choice(membrane_hessian, "option membrane_hessian", ("exact", "absolute", "projected"), fn=fn)
     for name, v in (("dhat", dhat), ("kappa", kappa), ("tolerance", tolerance)): positive(v, f"option {name}", fn=fn)
     for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)):
         non_negative(v, f"option {name}", fn=fn)

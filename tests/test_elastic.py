@@ -66,8 +66,8 @@ def _fd_membrane(X, B, A, model, h=1e-7):
         xp, xm = flat.copy(), flat.copy()
         xp[:, i] += h
         xm[:, i] -= h
-        ep, gp, _ = membrane_derivatives(xp.reshape(n, 3, 3), B, A, MU, LAM, model, project=False)
-        em, gm, _ = membrane_derivatives(xm.reshape(n, 3, 3), B, A, MU, LAM, model, project=False)
+        ep, gp, _ = membrane_derivatives(xp.reshape(n, 3, 3), B, A, MU, LAM, model, hessian="exact")
+        em, gm, _ = membrane_derivatives(xm.reshape(n, 3, 3), B, A, MU, LAM, model, hessian="exact")
         gfd[:, i] = (ep - em) / (2 * h)
         Hfd[:, :, i] = (gp - gm).reshape(n, 9) / (2 * h)
     return gfd, Hfd
@@ -78,7 +78,7 @@ def _fd_membrane(X, B, A, model, h=1e-7):
 def test_membrane_central_differences(model, case):
     X0, X = _deformed(case, 12, seed=hash((model, case)) % 1000)
     B, A = triangle_rest_shape(X0)
-    e, g, H = membrane_derivatives(X, B, A, MU, LAM, model, project=False)
+    e, g, H = membrane_derivatives(X, B, A, MU, LAM, model, hessian="exact")
     gfd, Hfd = _fd_membrane(X, B, A, model)
     g = g.reshape(-1, 9)
     grad_err = np.linalg.norm(gfd - g, axis=1) / np.linalg.norm(g, axis=1)
@@ -196,7 +196,7 @@ def test_projected_hessian_is_psd(model):
     X0, X = random_triangles(3000, seed=9, strain=0.8)
     B, A = triangle_rest_shape(X0)
     e, _, Hp = membrane_derivatives(X, B, A, MU, LAM, model)
-    _, _, H = membrane_derivatives(X, B, A, MU, LAM, model, project=False)
+    _, _, H = membrane_derivatives(X, B, A, MU, LAM, model, hessian="exact")
     ok = np.isfinite(e)
     w = np.linalg.eigvalsh(Hp[ok])
     scale = np.abs(w).max(1)
@@ -223,6 +223,41 @@ def test_projected_hessian_is_psd(model):
         wpb = np.linalg.eigvalsh(Hp[big])
         assert (wpb.min(1) / np.abs(wpb).max(1)).min() > -1e-12
     np.testing.assert_allclose(Hp[tension], H[tension], rtol=0, atol=1e-9 * np.abs(H[tension]).max())
+
+
+def _second_pk(X, B, model):
+    "Second Piola–Kirchhoff stresses S (n, 2, 2) and log J of triangles X with rest data B (numpy, independent)."
+    F = np.einsum("nai,naj->nij", X, B)
+    C = F.transpose(0, 2, 1) @ F
+    if model == "stvk":
+        E = 0.5 * (C - np.eye(2))
+        return 2 * MU * E + LAM * np.trace(E, axis1=1, axis2=2)[:, None, None] * np.eye(2), None
+    logJ = 0.5 * np.log(np.linalg.det(C))
+    return MU * np.eye(2) + (LAM * logJ - MU)[:, None, None] * np.linalg.inv(C), logJ
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_absolute_hessian(model):
+    """The absolute form over thousands of random triangles: PSD; where the material tangent is positive (StVK always,
+    Neo-Hookean below log J = μ/λ) it differs from the exact Hessian by exactly A0 (B (|S| − S) Bᵀ) ⊗ I3, |S| from
+    numpy's eigen-decomposition; so it equals the exact Hessian in tension and not in compression."""
+    X0, X = random_triangles(3000, seed=9, strain=0.8)
+    B, A = triangle_rest_shape(X0)
+    e, _, Ha = membrane_derivatives(X, B, A, MU, LAM, model, hessian="absolute")
+    _, _, H = membrane_derivatives(X, B, A, MU, LAM, model, hessian="exact")
+    ok = np.isfinite(e)
+    w = np.linalg.eigvalsh(Ha[ok])
+    assert (w.min(1) / np.abs(w).max(1)).min() > -1e-12
+    S, logJ = _second_pk(X, B, model)
+    sig, Q = np.linalg.eigh(S)
+    D = np.einsum("nij,nj,nkj->nik", Q, np.abs(sig), Q) - S                   # |S| − S
+    dH = A[:, None, None] * np.einsum("nai,nij,nbj->nab", B, D, B)           # (n, 3, 3) over vertex pairs
+    expected = H + np.einsum("nab,ij->naibj", dH, np.eye(3)).reshape(-1, 9, 9)
+    sel = ok if model == "stvk" else ok & (logJ < MU / LAM)
+    assert sel.sum() > 1000
+    np.testing.assert_allclose(Ha[sel], expected[sel], rtol=0, atol=1e-9 * np.abs(H[sel]).max())
+    compressed = sel & (sig[:, 0] < -1e-3 * np.abs(sig).max(1))
+    assert compressed.sum() > 100 and (np.abs(Ha[compressed] - H[compressed]).max(axis=(1, 2)) > 0).all()
 
 
 @pytest.mark.parametrize("model", MODELS)
