@@ -11,7 +11,7 @@ from .terms import read_back
 from .ccd import bound_from_minimum
 
 # %% auto #0
-__all__ = ['LineSearch']
+__all__ = ['EXTEND', 'LINEAR_FIT', 'LineSearch']
 
 # %% ../nbs/09b_line_search.ipynb #43d7bc70
 @wp.kernel
@@ -36,16 +36,19 @@ def _axpy_bounded(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), bou
     out[i] = x[i] + alpha * dx[i]
 
 # %% ../nbs/09b_line_search.ipynb #eb0a4838
+EXTEND, LINEAR_FIT = 4.0, 0.9      # after a full step that lowered Φ by ≥ LINEAR_FIT of −s: extend the next one
+
 class LineSearch:
     """Armijo backtracking along Δx from the step bound in `bound`, trials in batches of `batch` (each read once),
-    at most `trials`; `step_bound` is the rule that made the bound ("accd" or "normal")."""
+    at most `trials`; `step_bound` is the rule that made the bound ("accd" or "normal"). After each search, `extend` is
+    the factor the caller should scale its next direction by (`EXTEND` after a full, nearly linear step, else 1)."""
     def __init__(self, n: int, *, batch: int = 1, trials: int = 48, step_bound: str = "accd", device=None):
         d = wp.get_device(device)
         self.batch, self.trials, self.rule, self.device = int(batch), int(trials), step_bound, d
         self.pack = wp.zeros(1 + self.batch, dtype=wp.float64, device=d)      # [bound, Φ at trial 0, 1, …]
         self.bound, self._phi = self.pack[0:1], [self.pack[1 + j:2 + j] for j in range(self.batch)]
         self._x = [wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(self.batch)] if self.batch > 1 else []
-        self.first = None
+        self.first, self.extend = None, 1.0
 
     @property
     def first_batch(self) -> wp.array:
@@ -70,7 +73,7 @@ class LineSearch:
     def search(self, terms, x: wp.array, dx: wp.array, xt: wp.array, phi: float, slope: float):
         """(trials made, (α, Φ(x + αΔx)) of the first trial that passes Armijo, stepped into `xt`, or None when none of
         `trials` does). The first batch's values come from `first` when the caller read them (used up here)."""
-        alpha, left, values, self.first = None, self.trials, self.first, None
+        alpha, left, values, self.first, self.extend = None, self.trials, self.first, None, 1.0
         while left > 0:
             k = min(self.batch, left)
             if values is None:
@@ -81,6 +84,7 @@ class LineSearch:
                 phi_t = float(values[1 + j])
                 if phi_t <= phi + 1e-4 * alpha * slope:
                     if self._x: wp.copy(xt, self._x[j])
+                    if alpha == 1.0 and phi - phi_t >= -LINEAR_FIT * slope: self.extend = EXTEND
                     return self.trials - left + j + 1, (alpha, phi_t)
                 alpha *= 0.5
             left, values = left - k, None

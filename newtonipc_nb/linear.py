@@ -113,9 +113,9 @@ def _scaled_rhs(g: wp.array(dtype=wp.vec3d), d: wp.array(dtype=wp.vec3d), fixed:
     rhs[i] = -wp.cw_mul(d[i], g[i])
 
 @wp.kernel
-def _unscale(z: wp.array(dtype=wp.vec3d), d: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d)):
+def _unscale(z: wp.array(dtype=wp.vec3d), d: wp.array(dtype=wp.vec3d), k: wp.float64, dx: wp.array(dtype=wp.vec3d)):
     i = wp.tid()
-    dx[i] = wp.cw_mul(d[i], z[i])
+    dx[i] = k * wp.cw_mul(d[i], z[i])
 
 # %% ../nbs/09_linear.ipynb #4d3e5bb1
 class NewtonSystem:
@@ -260,9 +260,9 @@ def copy(self: NewtonSystem) -> "NewtonSystem":
     return s
 
 @patch
-def unscale(self: NewtonSystem, z: wp.array, dx: wp.array):
-    "dx = D z: the Newton direction from the solution of the equilibrated system."
-    wp.launch(_unscale, dim=self.n, device=self.device, inputs=[z, self.D, dx])
+def unscale(self: NewtonSystem, z: wp.array, dx: wp.array, k: float = 1.0):
+    "dx = k D z: the Newton direction from the solution of the equilibrated system (k times it)."
+    wp.launch(_unscale, dim=self.n, device=self.device, inputs=[z, self.D, wp.float64(k), dx])
 
 # %% ../nbs/09_linear.ipynb #9c699a70
 @wp.kernel

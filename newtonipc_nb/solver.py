@@ -266,7 +266,7 @@ def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats) -> LinearSolv
     except LinearSolveError as e:
         return e
     with _Timer(st.times, "solve"):
-        self.system.unscale(self._z, self._dx)
+        self.system.unscale(self._z, self._dx, self._ls.extend)   # a longer first trial after a nearly linear step
         self._norms.zero_()
         wp.launch(_direction_norms, dim=len(x), inputs=[self.system.grad, self._dx, self._norms], device=self.device)
     with _Timer(st.times, "candidates"):
@@ -350,10 +350,11 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
                st: StepStats) -> tuple[float, float, bool]:
     """One Newton iteration from x: direction, step bound, line search into self._xt. Returns (α, Φ) of the step taken
     (α = 0: none) and whether to stop."""
-    o = self.options
+    o, k = self.options, self._ls.extend          # k: this direction's extension (`LineSearch`)
     if o["barrier_hessian"] == "switching": self.barrier.hessian = ("gauss-newton", "projected")[it >= PROJECTED_FROM]
     self.membrane.hessian = self._late if it >= EXACT_FROM else "projected"
     slope, max_dx, max_move = self._direction(x, st)
+    max_dx /= k                                   # convergence is judged on the Newton step itself
     st.newton_iterations += 1
     alpha, phi_t, done = 0.0, phi, True
     # The last small direction is still taken. Convergence counts from the first iteration from the extrapolated guess,
@@ -397,7 +398,7 @@ def _newton(self: SolverIPC, dt: float, st: StepStats, phi: float | None = None)
     st.energies.append(phi)
     if not math.isfinite(phi):
         raise SolverError("invalid start: the objective is not finite at the start positions (an inverted triangle?)")
-    self._tau = 0.0                     # the shift needed last in this step (`factorise_shifted`)
+    self._tau, self._ls.extend = 0.0, 1.0       # the shift needed last in this step (`factorise_shifted`), no extension
     for it in range(self.options["max_iterations"]):
         alpha, phi, done = self._iteration(self._x, phi, it, dt, st)
         if alpha > 0: self._x, self._xt = self._xt, self._x
