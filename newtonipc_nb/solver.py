@@ -350,11 +350,11 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
                st: StepStats) -> tuple[float, float, bool]:
     """One Newton iteration from x: direction, step bound, line search into self._xt. Returns (α, Φ) of the step taken
     (α = 0: none) and whether to stop."""
-    o, k = self.options, self._ls.extend          # k: this direction's extension (`LineSearch`)
+    o = self.options
     if o["barrier_hessian"] == "switching": self.barrier.hessian = ("gauss-newton", "projected")[it >= PROJECTED_FROM]
-    self.membrane.hessian = self._late if it >= EXACT_FROM else "projected"
+    self.membrane.hessian, self._ls.extend = (self._late, self._ls.extend) if it >= EXACT_FROM else ("projected", 1.0)
     slope, max_dx, max_move = self._direction(x, st)
-    max_dx /= k                                   # convergence is judged on the Newton step itself
+    max_dx /= self._ls.extend                     # convergence is judged on the Newton step itself
     st.newton_iterations += 1
     alpha, phi_t, done = 0.0, phi, True
     # The last small direction is still taken. Convergence counts from the first iteration from the extrapolated guess,
