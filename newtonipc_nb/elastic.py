@@ -78,40 +78,37 @@ def _membrane_psi_stress(C: wp.mat22d, mu: wp.float64, lam: wp.float64, model: w
 
 # %% ../nbs/02_membrane_bending.ipynb #6db94749
 @wp.func
-def _psd2(S: wp.mat22d) -> wp.mat22d:
-    "Positive-eigenvalue part of a symmetric 2×2 matrix (closed form)."
-    half = wp.float64(0.5)
-    m = half * (S[0, 0] + S[1, 1])
-    q = half * (S[0, 0] - S[1, 1])
-    r = wp.sqrt(q * q + S[0, 1] * S[0, 1])
-    lo = m - r
-    hi = m + r
-    out = S
-    if hi <= wp.float64(0.0):
-        out = wp.mat22d()
-    elif lo < wp.float64(0.0):
-        out = (hi / (hi - lo)) * (S - lo * wp.identity(n=2, dtype=wp.float64))
+def _filtered(lam: wp.float64, absolute: wp.int32) -> wp.float64:
+    "An eigenvalue as the PSD form keeps it: max(λ, 0) (projected), or |λ| (`absolute` ≠ 0)."
+    out = wp.max(lam, wp.float64(0.0))
+    if absolute != 0:
+        out = wp.abs(lam)
     return out
 
 @wp.func
-def _abs2(S: wp.mat22d) -> wp.mat22d:
-    "Absolute value of a symmetric 2×2 matrix, Q |Λ| Qᵀ (closed form)."
+def _filter2(S: wp.mat22d, absolute: wp.int32) -> wp.mat22d:
+    """Q f(Λ) Qᵀ of a symmetric 2×2 matrix S = Q Λ Qᵀ, f the eigenvalue map of `_filtered` (closed form, through the
+    two spectral projectors (S − λ₋I)/(λ₊ − λ₋) and (λ₊I − S)/(λ₊ − λ₋)); S itself when neither eigenvalue is
+    negative."""
     half = wp.float64(0.5)
     m = half * (S[0, 0] + S[1, 1])
     r = wp.sqrt(half * half * (S[0, 0] - S[1, 1]) * (S[0, 0] - S[1, 1]) + S[0, 1] * S[0, 1])
     lo = m - r
     hi = m + r
+    I2 = wp.identity(n=2, dtype=wp.float64)
     out = S
-    if hi <= wp.float64(0.0):
-        out = -S
+    if hi <= wp.float64(0.0):           # both negative: f(Λ) is 0 or −Λ, no projector (λ₊ − λ₋ may vanish)
+        out = wp.mat22d()
+        if absolute != 0:
+            out = -S
     elif lo < wp.float64(0.0):
-        out = ((hi + lo) * S - wp.float64(2.0) * hi * lo * wp.identity(n=2, dtype=wp.float64)) / (hi - lo)
+        out = (_filtered(hi, absolute) * (S - lo * I2) + _filtered(lo, absolute) * (hi * I2 - S)) / (hi - lo)
     return out
 
 @wp.func
-def _psd3(M: wp.mat33d) -> wp.mat33d:
-    """Positive-eigenvalue part of a symmetric 3×3 matrix (eigen-decomposition unless Sylvester's criterion shows it is
-    positive definite)."""
+def _filter3(M: wp.mat33d, absolute: wp.int32) -> wp.mat33d:
+    """Q f(Λ) Qᵀ of a symmetric 3×3 matrix, f the eigenvalue map of `_filtered` (an eigen-decomposition, skipped when
+    Sylvester's criterion shows M positive definite; M itself when no eigenvalue is negative)."""
     zero = wp.float64(0.0)
     out = M
     if not (M[0, 0] > zero and M[0, 0] * M[1, 1] - M[0, 1] * M[1, 0] > zero and wp.determinant(M) > zero):
@@ -119,21 +116,8 @@ def _psd3(M: wp.mat33d) -> wp.mat33d:
         if wp.min(wp.min(d[0], d[1]), d[2]) < zero:
             D = wp.mat33d()
             for j in range(3):
-                D[j, j] = wp.max(d[j], zero)
+                D[j, j] = _filtered(d[j], absolute)
             out = Q * D * wp.transpose(Q)
-    return out
-
-@wp.func
-def _abs3(M: wp.mat33d) -> wp.mat33d:
-    "Absolute value of a symmetric 3×3 matrix, Q |Λ| Qᵀ (untouched when Sylvester's criterion shows it is positive)."
-    zero = wp.float64(0.0)
-    out = M
-    if not (M[0, 0] > zero and M[0, 0] * M[1, 1] - M[0, 1] * M[1, 0] > zero and wp.determinant(M) > zero):
-        Q, d = wp.eig3(M)
-        D = wp.mat33d()
-        for j in range(3):
-            D[j, j] = wp.abs(d[j])
-        out = Q * D * wp.transpose(Q)
     return out
 
 # %% ../nbs/02_membrane_bending.ipynb #1a394c6d
@@ -215,12 +199,9 @@ def _membrane_accumulate_kernel(x: wp.array(dtype=wp.vec3d), tri: wp.array(dtype
     P = F * S
     Sg = S
     Mg = M
-    if hessian == 1:        # projected
-        Sg = _psd2(S)
-        Mg = _psd3(M)
-    elif hessian == 2:      # absolute
-        Sg = _abs2(S)
-        Mg = _abs3(M)
+    if hessian != 0:        # 1 projected, 2 absolute
+        Sg = _filter2(S, hessian - 1)
+        Mg = _filter3(M, hessian - 1)
     I3 = wp.identity(n=3, dtype=wp.float64)
     for a in range(3):
         wp.atomic_add(grad, tri[t, a], A0 * (P * Bt[a]))

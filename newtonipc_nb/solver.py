@@ -153,8 +153,7 @@ def _allocate(self: SolverIPC):
     self._phi_acc, self._norms = wp.zeros(1, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
     self._reach, self._reads = wp.zeros(1, dtype=wp.float64, device=d), ScalarReads(d)
     self._near, self._outside, self._from_guess = None, None, False
-    self.last_stats: StepStats | None = None
-    self._last_out = None
+    self.last_stats, self._last_out = None, None        # the last step's `StepStats`, and the positions it output
     self._x_ref = wp.zeros(n, dtype=wp.vec3d, device=d)
 
 # %% ../nbs/10_solver.ipynb #1b4ce907
@@ -355,11 +354,11 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
     self.membrane.hessian, self._ls.extend = (self._late, self._ls.extend) if it >= EXACT_FROM else ("projected", 1.0)
     slope, max_dx, max_move = self._direction(x, st)
     max_dx /= self._ls.extend                     # convergence is judged on the Newton step itself
-    st.newton_iterations += 1
+    st.newton_iterations, st.extended, st.shifted = (st.newton_iterations + 1, st.extended + (self._ls.extend > 1),
+                                                     st.shifted + (self.system.tau > 0))
     alpha, phi_t, done = 0.0, phi, True
-    # The last small direction is still taken. Convergence counts from the first iteration from the extrapolated guess,
-    # from the second from x0: there lagged friction is at its stiffest, so a tiny first direction says nothing.
-    # A zero direction (zero gradient) is a minimiser at any iteration.
+    # The last small direction is still taken. Convergence counts from iteration 0 from the extrapolated guess, from 1
+    # from x0 (there lagged friction is at its stiffest: a tiny first direction says nothing); Δx = 0 at any one.
     if max_dx > 0.0:
         converged = (it > 0 or self._from_guess) and max_dx < o["tolerance"]
         with _Timer(st.times, "candidates"):

@@ -47,13 +47,15 @@ class StepStats:
     extrapolated: float = 0.0       # fraction α of the constant-velocity guess the Newton loop started from
     active_contacts: int = 0
     patterns: int = 0
+    extended: int = 0               # Newton iterations whose direction the line search lengthened (`LineSearch`)
+    shifted: int = 0                # Newton iterations whose matrix was indefinite and factorised shifted
     times: dict = field(default_factory=lambda: dict.fromkeys(TIME_KEYS, 0.0))
 
     def as_dict(self) -> dict:
         d = {
             k: getattr(self, k)
             for k in ("dt", "substeps", "subdivisions", "max_level", "newton_iterations", "line_search_trials",
-                      "min_gap", "active_contacts", "patterns", "extrapolated")
+                      "min_gap", "active_contacts", "patterns", "extrapolated", "extended", "shifted")
         }
         d["alpha_min"] = min(self.alphas) if self.alphas else 1.0
         d.update({f"candidates_{k}": v for k, v in self.candidates.items()})

@@ -19,6 +19,7 @@ from newtonipc_nb.scenes.bag_cli import main
 from newtonipc_nb.scenes.bag_measure import measure, neck_width
 from newtonipc_nb.scenes.bag_run import Trajectory, load_trajectory, run_bag
 from newtonipc_nb.scenes.bag_scene import BIN_HEIGHT, BIN_RADIUS, DT, HEM_RING, bag_mesh, ring_vertices
+from newtonipc_nb.solver import EXACT_FROM
 
 from cli_helpers import BAG, cli, fake_run, in_process, one_line, sigint_default
 
@@ -42,6 +43,10 @@ def test_first_phase_folds_the_bag_over_the_rim(tmp_path):
     assert np.all(hem[:, 2] < BIN_HEIGHT), "the hem is below the rim"
     assert all(count_intersections(f, d["faces"]) == 0 for f in film)
     assert np.all(d["step_min_gap"] > 0)
+    # a step's first EXACT_FROM iterations are neither lengthened nor given the exact (perhaps indefinite) membrane
+    late = np.maximum(d["step_newton_iterations"] - EXACT_FROM, 0)
+    assert d["step_extended"].sum() > 0 and d["step_shifted"].sum() > 0, "the fold has nearly linear, indefinite steps"
+    assert np.all(d["step_extended"] <= late) and np.all(d["step_shifted"] <= late)
 
 
 def test_cli_writes_trajectory_and_measurements(tmp_path, capsys):

@@ -322,16 +322,17 @@ def test_batched_line_search_takes_the_sequential_steps(step_bound, user_term):
 
 
 def drape_iterations(membrane_hessian: str, steps: int = 80, **options):
-    "(Newton iterations, the solver) of a 15 × 15 bag-film sheet falling over a sphere for `steps` steps."
+    """(Newton iterations, the solver, the iterations the steps' stats count as shifted) of a 15 × 15 bag-film sheet
+    falling over a sphere for `steps` steps."""
     model, _ = sheet_on_sphere(15)
     solver = SolverIPC(model, membrane_hessian=membrane_hessian, **options)
     a, b = model.state(), model.state()
-    its = 0
+    its = shifted = 0
     for _ in range(steps):
         solver.step(a, b, None, None, 1 / 240)
         a, b = b, a
-        its += solver.last_stats.newton_iterations
-    return its, solver
+        its, shifted = its + solver.last_stats.newton_iterations, shifted + solver.last_stats.shifted
+    return its, solver, shifted
 
 
 def test_exact_membrane_hessian_on_a_drape():
@@ -340,13 +341,15 @@ def test_exact_membrane_hessian_on_a_drape():
     (420 against 472 when written); absolute values are never indefinite (473 iterations: on a mesh this coarse they
     gain nothing); PCG, which cannot notice an indefinite matrix, turns "exact" into the projected form and keeps
     "absolute"."""
-    exact, s_exact = drape_iterations("exact")
-    absolute, s_absolute = drape_iterations("absolute")
-    projected, s_projected = drape_iterations("projected")
+    exact, s_exact, shifted = drape_iterations("exact")
+    absolute, s_absolute, shifted_absolute = drape_iterations("absolute")
+    projected, s_projected, _ = drape_iterations("projected")
     assert (s_exact.membrane.hessian, s_absolute.membrane.hessian, s_projected.membrane.hessian) == (
         "exact", "absolute", "projected")
     assert s_exact.linear.stats["indefinite"] > 0 and s_exact.linear.stats["shifted"] > 0
     assert s_projected.linear.stats["indefinite"] == 0 and s_absolute.linear.stats["indefinite"] == 0
+    # the steps' stats count the iterations whose final matrix was shifted: none without an indefinite one
+    assert 0 < shifted <= s_exact.linear.stats["shifted"] and shifted_absolute == 0
     assert exact < 0.95 * projected, (exact, absolute, projected)
     model, _ = sheet_on_sphere(4)
     assert SolverIPC(model, linear_solver="pcg").membrane.hessian == "projected"
