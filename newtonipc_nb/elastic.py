@@ -5,6 +5,7 @@
 # %% ../nbs/02_membrane_bending.ipynb #c4566c53
 from __future__ import annotations
 
+import collections
 import math
 
 import numpy as np
@@ -15,9 +16,9 @@ from .inputs import IPCModel, add_mesh, mat32d, set_hinge_stiffness
 from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays
 
 # %% auto #0
-__all__ = ['MEMBRANE_MODELS', 'MEMBRANE_HESSIANS', 'triangle_rest_shape', 'MembraneTerm', 'membrane_energy',
-           'membrane_derivatives', 'HingeTerm', 'hinge_angle', 'hinge_derivatives', 'bent_cylinder',
-           'cylinder_energy_ratio', 'equilateral_mesh']
+__all__ = ['MEMBRANE_MODELS', 'MEMBRANE_HESSIANS', 'AUTO_WINDOW', 'AUTO_SHARE', 'triangle_rest_shape', 'MembraneTerm',
+           'MembraneHessianRule', 'membrane_hessian_start', 'membrane_energy', 'membrane_derivatives', 'HingeTerm',
+           'hinge_angle', 'hinge_derivatives', 'bent_cylinder', 'cylinder_energy_ratio', 'equilateral_mesh']
 
 # %% ../nbs/02_membrane_bending.ipynb #cd4d5f60
 def triangle_rest_shape(X0) -> tuple[np.ndarray, np.ndarray]:
@@ -255,6 +256,28 @@ class MembraneTerm(ElementEnergyTerm):
                   inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam, wp.int32(self._model),
                           wp.int32(MEMBRANE_HESSIANS[self.hessian]), wp.int32(offset)],
                   outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
+
+# %% ../nbs/02_membrane_bending.ipynb #ac629a24
+AUTO_WINDOW, AUTO_SHARE = 256, 0.7
+
+class MembraneHessianRule:
+    """`membrane_hessian="auto"`: the exact form until more than `AUTO_SHARE` of the last `AUTO_WINDOW` Newton
+    iterations that assembled it needed a shifted factorisation, absolute values from then on."""
+    def __init__(self):
+        self.form, self._shifted = "exact", collections.deque(maxlen=AUTO_WINDOW)
+
+    def record(self, shifted: bool) -> str:
+        "Count one iteration that assembled the exact form (`shifted`: its matrix needed a shift); the form to use now."
+        self._shifted.append(bool(shifted))
+        if len(self._shifted) == AUTO_WINDOW and sum(self._shifted) > AUTO_SHARE * AUTO_WINDOW: self.form = "absolute"
+        return self.form
+
+def membrane_hessian_start(option: str, factorises: bool) -> tuple[MembraneHessianRule | None, str]:
+    """(the rule, the form) a solver starts with for its `membrane_hessian` option: a rule for "auto" only. A linear
+    solver that does not factorise cannot notice an indefinite matrix: with it "auto" is "absolute" and "exact" is
+    "projected"."""
+    if not factorises: return None, {"auto": "absolute", "exact": "projected"}.get(option, option)
+    return (MembraneHessianRule(), "exact") if option == "auto" else (None, option)
 
 # %% ../nbs/02_membrane_bending.ipynb #6604067b
 def _membrane_batch(X, B, area, mu, lam, model, device, fn):

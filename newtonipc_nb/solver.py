@@ -16,7 +16,7 @@ import warp as wp
 import newton
 from .inputs import IPCModel
 from .terms import EnergyTerm, HessianBlocks, ScalarReads, read_back
-from .elastic import MembraneTerm, HingeTerm
+from .elastic import MembraneTerm, HingeTerm, membrane_hessian_start
 from .supports import InertiaTerm, SupportTerm, TieTerm
 from .barrier import BarrierTerm
 from .candidates import CandidateSearch
@@ -69,8 +69,8 @@ class SolverIPC(newton.solvers.SolverBase):
     `terms` [()] extra `EnergyTerm`s added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape
     holds film–film pairs inside `dhat` (a sheet that would lock) is refused, naming a `dhat` that works, unless
     "allow"; `barrier_hessian` ["switching": Gauss–Newton blocks, projected from iteration `PROJECTED_FROM`],
-    "gauss-newton" or "projected" (`BarrierTerm`); `membrane_hessian` ["exact" from iteration `EXACT_FROM`,
-    shifted where indefinite; PCG: "projected"], "absolute" (from `EXACT_FROM`; never indefinite) or "projected".
+    "gauss-newton" or "projected" (`BarrierTerm`); `membrane_hessian` ["auto": "exact" from iteration `EXACT_FROM`,
+    shifted where indefinite, until `MembraneHessianRule` says "absolute"], "exact", "absolute" or "projected".
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -80,7 +80,7 @@ class SolverIPC(newton.solvers.SolverBase):
                  line_search_trials: int = 48, line_search_batch: int | None = None, max_subdivisions: int = 7,
                  step_bound: str = "accd", linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3,
                  sphere_particles=None, observer=None, terms=(), rest_contacts: str = "refuse",
-                 barrier_hessian: str = "switching", membrane_hessian: str = "exact"):
+                 barrier_hessian: str = "switching", membrane_hessian: str = "auto"):
         super().__init__(model)
         _check_options(membrane=membrane, step_bound=step_bound, rest_contacts=rest_contacts,
                        barrier_hessian=barrier_hessian, dhat=dhat, kappa=kappa, tolerance=tolerance, min_gap=min_gap,
@@ -119,9 +119,8 @@ class SolverIPC(newton.solvers.SolverBase):
 def _build_terms(self: SolverIPC, membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound):
     "The terms of Φ, the candidate search the barrier and friction share, and the step bound of the line search."
     d, first = self.ipc.device, barrier_hessian.replace("switching", "gauss-newton")   # switched in _iteration
-    late = self.options["membrane_hessian"]          # the form from iteration EXACT_FROM on; a solver that does not
-    self._late = "projected" if late == "exact" and not self.linear.factorises else late   # factorise cannot notice
-    self.membrane = MembraneTerm(self.ipc, model=membrane, hessian=self._late)              # an indefinite matrix
+    self._auto, self._late = membrane_hessian_start(self.options["membrane_hessian"], self.linear.factorises)
+    self.membrane = MembraneTerm(self.ipc, model=membrane, hessian=self._late)  # the form from iteration EXACT_FROM on
     self.bending = HingeTerm(self.ipc)
     self.supports = SupportTerm(device=d)
     self.tie = TieTerm(device=d)
@@ -321,6 +320,7 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
             raise StepFailure("non-finite Newton direction")
         if self._outside is not None: self.barrier.settle_near(self._near, near)
         self._ls.first = first[0] if first else None
+        if self._auto and self.membrane.hessian == "exact": self._late = self._auto.record(self.system.tau > 0)
         return slope, max_dx, max_move
     raise AssertionError("four assemblies at one iterate: a block still outside the grown pattern, more active "
                          "contacts than slots for every candidate, or a bad diagonal with the projected membrane")

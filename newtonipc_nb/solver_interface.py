@@ -85,14 +85,14 @@ class _Timer:
 # %% ../nbs/09a_solver_interface.ipynb #6dc5876b
 def _check_options(*, membrane, step_bound, rest_contacts, barrier_hessian, dhat, kappa, tolerance, min_gap, friction,
                    drag, skin, max_iterations, line_search_trials, max_subdivisions, observer, line_search_batch=None,
-                   membrane_hessian="exact"):
+                   membrane_hessian="auto"):
     "SolverIPC's options, each checked before anything is built: a `ValueError` naming the option and its rule."
     fn, integer = "SolverIPC", numbers.Integral
     choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)
     choice(step_bound, "option step_bound", ("accd", "normal"), fn=fn)
     choice(rest_contacts, "option rest_contacts", ("refuse", "allow"), fn=fn)
     choice(barrier_hessian, "option barrier_hessian", ("switching", "projected", "gauss-newton"), fn=fn)
-    choice(membrane_hessian, "option membrane_hessian", ("exact", "absolute", "projected"), fn=fn)
+    choice(membrane_hessian, "option membrane_hessian", ("auto", "exact", "absolute", "projected"), fn=fn)
     for name, v in (("dhat", dhat), ("kappa", kappa), ("tolerance", tolerance)): positive(v, f"option {name}", fn=fn)
     for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)):
         non_negative(v, f"option {name}", fn=fn)

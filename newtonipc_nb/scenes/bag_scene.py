@@ -19,9 +19,9 @@ from ..solver import SolverIPC
 __all__ = ['N_RINGS', 'N_COLUMNS', 'NECK_RING', 'HEM_RING', 'BOTTOM_RINGS', 'BOTTOM_RADIUS', 'SHOULDER', 'NECK', 'FLAP_EDGE',
            'FLAP_FLARE', 'BIN_RADIUS', 'BIN_HEIGHT', 'RESOLUTIONS', 'SPHERE_RADII', 'SPHERE_DENSITY',
            'SPHERE_COLUMN_BOTTOM', 'SPHERE_COLUMN_GAP', 'SPHERE_DROP_XY', 'DT', 'DRAG', 'TOL_HANDLING', 'TOL_RELEASED',
-           'SCENE_OPTIONS', 'MEMBRANE_HESSIAN', 'check_resolution', 'bag_grid', 'ring_sizes', 'film_resolution',
-           'ring_vertices', 'ring_and_column', 'bag_mesh', 'bin_mesh', 'floor_mesh', 'SceneIndex', 'sphere_column',
-           'bag_scene_builder', 'BagScene']
+           'SCENE_OPTIONS', 'check_resolution', 'bag_grid', 'ring_sizes', 'film_resolution', 'ring_vertices',
+           'ring_and_column', 'bag_mesh', 'bin_mesh', 'floor_mesh', 'SceneIndex', 'sphere_column', 'bag_scene_builder',
+           'BagScene']
 
 # %% ../../nbs/23_bag_scene.ipynb #79e5c209
 N_RINGS, N_COLUMNS = 15, 32
@@ -220,7 +220,6 @@ TOL_HANDLING = 1.2e-5       # m
 TOL_RELEASED = 5.0e-7       # m
 SCENE_OPTIONS = dict(membrane="neohookean", dhat=1.0e-3, min_gap=3.0e-5, kappa=1000.0, friction=0.35,
                      max_iterations=150, max_subdivisions=7, drag=DRAG, tolerance=TOL_HANDLING)
-MEMBRANE_HESSIAN = {1: "exact", 2: "absolute", 4: "absolute"}     # SolverIPC's membrane_hessian at each resolution
 
 @dataclass
 class BagScene:
@@ -237,13 +236,12 @@ class BagScene:
     def build(cls, device=None, resolution: int = 1, film: Film | None = None, hinge_rule: str = "reference",
               **solver_options) -> "BagScene":
         """The scene with the bag mesh at `resolution` (1, 2 or 4) of `film` (default `BAG_FILM`), its hinges by
-        `hinge_rule`, on `device`; `solver_options` override `SCENE_OPTIONS` and `MEMBRANE_HESSIAN`."""
+        `hinge_rule`, on `device`; `solver_options` override `SCENE_OPTIONS`."""
         device, resolution = str(wp.get_device(device)), check_resolution(resolution)
         builder, index = bag_scene_builder(BAG_FILM if film is None else film, resolution=resolution,
                                            hinge_rule=hinge_rule)
         model = builder.finalize(device=device)
-        solver = SolverIPC(model, **{**SCENE_OPTIONS, "membrane_hessian": MEMBRANE_HESSIAN[resolution],
-                                     **solver_options})
+        solver = SolverIPC(model, **{**SCENE_OPTIONS, **solver_options})
         return cls(model, solver, index, model.state(), model.state(), device, resolution)
 
     @property
