@@ -25,9 +25,9 @@ class NotPositiveDefinite(LinearSolveError):
     "A Cholesky factorisation met a pivot that is not positive: the matrix is indefinite (`factorise_shifted`)."
 
 # %% auto #0
-__all__ = ['LINEAR_SOLVERS', 'SHIFT_MIN', 'SHIFT_MAX', 'LinearSolveError', 'NotPositiveDefinite', 'NewtonSystem', 'ScalarCSR',
-           'LinearSolver', 'PardisoSolver', 'CholespySolver', 'DenseSolver', 'PCGSolver', 'make_linear_solver',
-           'system_from_bsr', 'solve_linear', 'factorise_shifted']
+__all__ = ['REUSE_CG', 'CG_DIGITS', 'LINEAR_SOLVERS', 'SHIFT_MIN', 'SHIFT_MAX', 'LinearSolveError', 'NotPositiveDefinite',
+           'NewtonSystem', 'ScalarCSR', 'LinearSolver', 'PardisoSolver', 'CholespySolver', 'DenseSolver', 'PCGSolver',
+           'make_linear_solver', 'system_from_bsr', 'solve_linear', 'factorise_shifted']
 
 # %% ../nbs/09_linear.ipynb #28ba7bc0
 @wp.func
@@ -139,6 +139,8 @@ class NewtonSystem:
         self._stale = False
         self._fresh_nnz = n
         self.tau = 0.0                      # the shift τ I held by the equilibrated values (`shift`)
+        self.definite = False               # set by the caller when every block is PSD by construction and the sum
+                                            # definite: a linear solver may then solve it on an older factorisation
         self._set_pattern(np.arange(n, dtype=np.int64) * (n + 1))
 
     @property
@@ -256,7 +258,7 @@ def copy(self: NewtonSystem) -> "NewtonSystem":
     for dst, src, k in ((s.H.values, self.H.values, self.nnz), (s.D, self.D, self.n), (s.grad, self.grad, self.n),
                         (s.rhs, self.rhs, self.n)):
         wp.copy(dst, src, count=k)
-    s.tau = self.tau
+    s.tau, s.definite = self.tau, self.definite
     return s
 
 @patch
@@ -334,20 +336,26 @@ def _check_solution(x: np.ndarray, name: str):
         raise LinearSolveError(f"{name}: the solution is not finite (the matrix is not positive definite)")
 
 # %% ../nbs/09_linear.ipynb #91c140dc
+REUSE_CG, CG_DIGITS = 8, 4     # PardisoSolver: CG on the kept factor while it takes ≤ REUSE_CG iterations, to 1e-4
+
 class PardisoSolver(LinearSolver):
     """Sparse Cholesky by Intel MKL PARDISO on the CPU (through pypardiso's MKL handle): ordering and symbolic analysis
     once per pattern, numeric factorisation and solve per iteration. `threads` (default: MKL's, all cores) caps MKL's
-    threads; 1 keeps a solve from stalling on a core another process is using."""
+    threads; 1 keeps a solve from stalling on a core another process is using. `reuse` [`REUSE_CG`]: a matrix its
+    caller marks definite (`NewtonSystem.definite`) is not factorised but solved by PARDISO's conjugate gradients
+    preconditioned with the kept factor, while the last such solve took at most `reuse` iterations (0: never)."""
     name = "pardiso"
-    def __init__(self, threads: int | None = None):
+    def __init__(self, threads: int | None = None, reuse: int = REUSE_CG):
         super().__init__()
-        if threads is not None and not (isinstance(threads, int) and threads >= 1):
-            raise ValueError(f"PardisoSolver: threads must "
-                             f"be an integer ≥ 1, got "
-                             f"{threads!r}")
+        for key, v, low in (("threads", threads, 1), ("reuse", reuse, 0)):
+            if (v is not None or key == "reuse") and not (isinstance(v, int) and v >= low):
+                raise ValueError(f"PardisoSolver: {key} must be an integer ≥ {low}, got {v!r}")
         import pypardiso
-        self._pypardiso, self.threads, self._ps = pypardiso, threads, None
+        self._pypardiso, self.threads, self.reuse, self._ps = pypardiso, threads, reuse, None
         self._n = 0                         # the size of the analysed pattern; 0: nothing held by PARDISO to release
+        self.stats.update(reused=0, cg_iterations=0)
+        self._cg_last = None                # CG iterations of the last solve on the kept factor; 0: a fresh factor
+        self._cg = False                    # the current matrix is solved by CG on the kept factor
 
     def analyse(self, system):
         if str(system.device) != "cpu": raise LinearSolveError("pardiso runs on the CPU only; use 'cholespy' or "
@@ -360,6 +368,7 @@ class PardisoSolver(LinearSolver):
         elif self._n:
             self._run(-1)                                   # release the old pattern's factors
             self._n = 0
+        self._cg_last = None
         # every array of the pattern first, its size last: an analysis cut short leaves `_n` = 0 or a consistent set
         self.csr = ScalarCSR(system, upper=True)
         self._ia, self._ja = self.csr.indptr + 1, self.csr.indices + 1          # PARDISO counts from 1
@@ -368,7 +377,8 @@ class PardisoSolver(LinearSolver):
         self._run(11)
 
     def _run(self, phase: int, b: np.ndarray | None = None) -> np.ndarray:
-        "One call of MKL's `pardiso` with this pattern's arrays: 11 analyse, 22 factorise, 33 solve, −1 release."
+        """One call of MKL's `pardiso` with this pattern's arrays: 11 analyse, 22 factorise, 33 solve, 23 factorise (or
+        CG on the kept factor) and solve, −1 release."""
         ps, i32, f64 = self._ps, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_double)
         if self.threads is not None: ps.libmkl.MKL_Set_Num_Threads_Local(ctypes.c_int(self.threads))
         b = self._b if b is None else np.ascontiguousarray(b, dtype=np.float64)
@@ -385,10 +395,28 @@ class PardisoSolver(LinearSolver):
 
     def factorise(self, system):
         self.csr.refresh()
-        self._run(22)
+        last = self._cg_last
+        self._cg = bool(self.reuse and system.definite and last is not None and last <= self.reuse)
+        if not self._cg:
+            self._cg_last = None            # no factor to keep until this one succeeds
+            self._run(22)
+            self._cg_last = 0
 
     def solve(self, system, out):
-        x = self._run(33, system.rhs.numpy().reshape(-1))
+        b = system.rhs.numpy().reshape(-1)
+        if self._cg:                        # CG to 10^−CG_DIGITS; where it fails, PARDISO factorises this matrix itself
+            self._cg_last, self._ps.iparm[3] = None, 10 * CG_DIGITS + 2
+            try:
+                x = self._run(23, b)
+            finally:
+                self._ps.iparm[3] = 0
+            it = int(self._ps.iparm[19])    # > 0: CG's iterations; < 0: it failed and the factor is fresh
+            self._cg_last = max(it, 0)
+            if it > 0:
+                self.stats["reused"] += 1
+                self.stats["cg_iterations"] += it
+        else:
+            x = self._run(33, b)
         _check_solution(x, self.name)
         self.stats["solves"] += 1
         out.assign(x.reshape(-1, 3))
