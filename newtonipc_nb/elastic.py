@@ -258,7 +258,7 @@ class MembraneTerm(ElementEnergyTerm):
                   outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
 
 # %% ../nbs/02_membrane_bending.ipynb #ac629a24
-AUTO_WINDOW, AUTO_SHARE = 256, 0.7
+AUTO_WINDOW, AUTO_SHARE = 512, 0.7
 
 class MembraneHessianRule:
     """`membrane_hessian="auto"`: the exact form until more than `AUTO_SHARE` of the last `AUTO_WINDOW` Newton

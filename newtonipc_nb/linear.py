@@ -327,6 +327,9 @@ class LinearSolver:
         "Forget the analysis: the next `prepare` analyses the pattern again."
         self._version = None
 
+    def restart(self) -> None:
+        "Keep no factorisation from before: the next matrix is factorised (solvers that keep one override this)."
+
     def analyse(self, system: NewtonSystem) -> None: pass
     def factorise(self, system: NewtonSystem) -> None: raise NotImplementedError
     def solve(self, system: NewtonSystem, out: wp.array) -> None: raise NotImplementedError
@@ -336,7 +339,7 @@ def _check_solution(x: np.ndarray, name: str):
         raise LinearSolveError(f"{name}: the solution is not finite (the matrix is not positive definite)")
 
 # %% ../nbs/09_linear.ipynb #91c140dc
-REUSE_CG, CG_DIGITS = 8, 4     # PardisoSolver: CG on the kept factor while it takes ≤ REUSE_CG iterations, to 1e-4
+REUSE_CG, CG_DIGITS = 8, 6     # PardisoSolver: CG on the kept factor while it takes ≤ REUSE_CG iterations, to 1e-6
 
 class PardisoSolver(LinearSolver):
     """Sparse Cholesky by Intel MKL PARDISO on the CPU (through pypardiso's MKL handle): ordering and symbolic analysis
@@ -393,6 +396,9 @@ class PardisoSolver(LinearSolver):
         if err.value != 0: raise LinearSolveError(f"pardiso phase {phase} failed with error {err.value}")
         return self._x
 
+    def restart(self):
+        self._cg_last = None
+
     def factorise(self, system):
         self.csr.refresh()
         last = self._cg_last
@@ -404,7 +410,9 @@ class PardisoSolver(LinearSolver):
 
     def solve(self, system, out):
         b = system.rhs.numpy().reshape(-1)
-        if self._cg:                        # CG to 10^−CG_DIGITS; where it fails, PARDISO factorises this matrix itself
+        if self._cg and not b.any():        # z = 0 (PARDISO's CG never returns on a zero right-hand side)
+            x = np.zeros_like(b)
+        elif self._cg:                      # CG to 10^−CG_DIGITS; where it fails, PARDISO factorises this matrix itself
             self._cg_last, self._ps.iparm[3] = None, 10 * CG_DIGITS + 2
             try:
                 x = self._run(23, b)

@@ -329,8 +329,7 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
 # %% ../nbs/10_solver.ipynb #bbde2f5e
 @patch
 def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
-    """The largest α ≤ 1 keeping the gap of every candidate of `cs` positive along x → x + α Δx (minimum over the
-    candidates, on the device)."""
+    "The largest α ≤ 1 keeping the gap of every candidate of `cs` positive along x → x + α Δx (on the device)."
     return self._bound(cs, x, dx)
 
 # %% ../nbs/10_solver.ipynb #66803756
@@ -459,6 +458,7 @@ def _solve(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, v0: np.ndarray, f: n
     """One attempt at a step of `dt` from positions `xs`, prescribed particles going to `xe`, velocities `v0` and
     external forces `f` (all (N, 3) float64 over the contact model's particles)."""
     xe = np.where(self._fixed_mask[:, None], xe, xs)      # only prescribed particles have a target of their own
+    self.linear.restart()            # no factorisation kept from before: a step depends on its start alone
     self._predict(xs, v0, f, dt)
     self._restrict(None)
     x = self._x
