@@ -396,38 +396,42 @@ class PardisoSolver(LinearSolver):
         if err.value != 0: raise LinearSolveError(f"pardiso phase {phase} failed with error {err.value}")
         return self._x
 
-    def restart(self):
-        self._cg_last = None
+# %% ../nbs/09_linear.ipynb #b7936bc6
+@patch
+def restart(self: PardisoSolver):
+    self._cg_last = None
 
-    def factorise(self, system):
-        self.csr.refresh()
-        last = self._cg_last
-        self._cg = bool(self.reuse and system.definite and last is not None and last <= self.reuse)
-        if not self._cg:
-            self._cg_last = None            # no factor to keep until this one succeeds
-            self._run(22)
-            self._cg_last = 0
+@patch
+def factorise(self: PardisoSolver, system):
+    self.csr.refresh()
+    last = self._cg_last
+    self._cg = bool(self.reuse and system.definite and last is not None and last <= self.reuse)
+    if not self._cg:
+        self._cg_last = None            # no factor to keep until this one succeeds
+        self._run(22)
+        self._cg_last = 0
 
-    def solve(self, system, out):
-        b = system.rhs.numpy().reshape(-1)
-        if self._cg and not b.any():        # z = 0 (PARDISO's CG never returns on a zero right-hand side)
-            x = np.zeros_like(b)
-        elif self._cg:                      # CG to 10^−CG_DIGITS; where it fails, PARDISO factorises this matrix itself
-            self._cg_last, self._ps.iparm[3] = None, 10 * CG_DIGITS + 2
-            try:
-                x = self._run(23, b)
-            finally:
-                self._ps.iparm[3] = 0
-            it = int(self._ps.iparm[19])    # > 0: CG's iterations; < 0: it failed and the factor is fresh
-            self._cg_last = max(it, 0)
-            if it > 0:
-                self.stats["reused"] += 1
-                self.stats["cg_iterations"] += it
-        else:
-            x = self._run(33, b)
-        _check_solution(x, self.name)
-        self.stats["solves"] += 1
-        out.assign(x.reshape(-1, 3))
+@patch
+def solve(self: PardisoSolver, system, out):
+    b = system.rhs.numpy().reshape(-1)
+    if self._cg and not b.any():        # z = 0 (PARDISO's CG never returns on a zero right-hand side)
+        x = np.zeros_like(b)
+    elif self._cg:                      # CG to 10^−CG_DIGITS; where it fails, PARDISO factorises this matrix itself
+        self._cg_last, self._ps.iparm[3] = None, 10 * CG_DIGITS + 2
+        try:
+            x = self._run(23, b)
+        finally:
+            self._ps.iparm[3] = 0
+        it = int(self._ps.iparm[19])    # > 0: CG's iterations; < 0: it failed and the factor is fresh
+        self._cg_last = max(it, 0)
+        if it > 0:
+            self.stats["reused"] += 1
+            self.stats["cg_iterations"] += it
+    else:
+        x = self._run(33, b)
+    _check_solution(x, self.name)
+    self.stats["solves"] += 1
+    out.assign(x.reshape(-1, 3))
 
 # %% ../nbs/09_linear.ipynb #9af80274
 class _TorchSolver(LinearSolver):
