@@ -344,11 +344,12 @@ REUSE_CG, CG_DIGITS = 8, 6     # PardisoSolver: CG on the kept factor while it t
 class PardisoSolver(LinearSolver):
     """Sparse Cholesky by Intel MKL PARDISO on the CPU (through pypardiso's MKL handle): ordering and symbolic analysis
     once per pattern, numeric factorisation and solve per iteration. `threads` (default: MKL's, all cores) caps MKL's
-    threads; 1 keeps a solve from stalling on a core another process is using. `reuse` [`REUSE_CG`]: a matrix its
-    caller marks definite (`NewtonSystem.definite`) is not factorised but solved by PARDISO's conjugate gradients
-    preconditioned with the kept factor, while the last such solve took at most `reuse` iterations (0: never)."""
+    threads; 1 keeps a solve from stalling on a core another process is using. `reuse` [0: off; `REUSE_CG` = 8 is the
+    measured choice]: a matrix its caller marks definite (`NewtonSystem.definite`) is not factorised but solved by
+    PARDISO's conjugate gradients preconditioned with the kept factor, while the last such solve took at most `reuse`
+    iterations."""
     name = "pardiso"
-    def __init__(self, threads: int | None = None, reuse: int = REUSE_CG):
+    def __init__(self, threads: int | None = None, reuse: int = 0):
         super().__init__()
         for key, v, low in (("threads", threads, 1), ("reuse", reuse, 0)):
             if (v is not None or key == "reuse") and not (isinstance(v, int) and v >= low):
