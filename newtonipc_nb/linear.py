@@ -347,7 +347,7 @@ class PardisoSolver(LinearSolver):
     threads; 1 keeps a solve from stalling on a core another process is using. `reuse` [0: off; `REUSE_CG` = 8 is the
     measured choice]: a matrix its caller marks definite (`NewtonSystem.definite`) is not factorised but solved by
     PARDISO's conjugate gradients preconditioned with the kept factor, while the last such solve took at most `reuse`
-    iterations."""
+    iterations; `stats["reused"]` counts those matrices (`factorisations` counts every matrix prepared)."""
     name = "pardiso"
     def __init__(self, threads: int | None = None, reuse: int = 0):
         super().__init__()
