@@ -426,8 +426,7 @@ class BarrierTerm(EnergyTerm):
                              f"{hessian!r}")
         cs = _resolve_contacts(contacts)
         self.provider, self.dhat, self.kappa, self.hessian = contacts, float(dhat), float(kappa), hessian
-        self._active, self._active_count = wp.zeros(1, dtype=wp.int32,
-                                                    device=cs.device), wp.zeros(1, dtype=wp.int32, device=cs.device)
+        self._active, self._active_count = (wp.zeros(1, dtype=wp.int32, device=cs.device) for _ in range(2))
         self._ref_gaps, self._ref_x, self._ref_of = wp.zeros(1, dtype=wp.float64, device=cs.device), None, None
         # [motion since the reference, count, flag] of the last `prepare` and of the last near set: each read later
         self.prepared_scalars, self.near_scalars = (wp.zeros(3, dtype=wp.float64, device=cs.device) for _ in range(2))
@@ -440,6 +439,9 @@ class BarrierTerm(EnergyTerm):
 
     @property
     def contacts(self) -> ContactSet: return _resolve_contacts(self.provider)
+
+    @property
+    def psd(self) -> bool: return self.hessian != "exact"
 
     @property
     def near_count(self) -> wp.array:

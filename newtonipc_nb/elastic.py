@@ -233,6 +233,9 @@ class MembraneTerm(ElementEnergyTerm):
         self._n_min = int(m.particle_count)
         self._e = wp.zeros(self.count, dtype=wp.float64, device=self.device)
 
+    @property
+    def psd(self) -> bool: return self.hessian != "exact" or not self.count
+
     def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         check_term_arrays("MembraneTerm", x, self.device, n_min=self._n_min)
         if self.count:
@@ -423,6 +426,7 @@ def _hinge_accumulate_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=
 # %% ../nbs/02_membrane_bending.ipynb #8f371e7e
 class HingeTerm(ElementEnergyTerm):
     "Bending energy Σ ½ kθ wrap(θ − θ0)² over `ipc_model.hinge`, Gauss–Newton Hessian kθ ∇θ∇θᵀ."
+    psd = True
     def __init__(self, ipc_model: IPCModel):
         m = ipc_model
         self.device, self.hinge, self.theta0, self.k = m.device, m.hinge, m.hinge_rest_angle, m.hinge_k

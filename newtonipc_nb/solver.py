@@ -248,7 +248,7 @@ def _assemble(self: SolverIPC, x: wp.array):
         off += s
     sys.scatter(self._blocks, total)
     sys.finish(check=False)
-    sys.definite = self.membrane.hessian != "exact" and not self.user_terms    # every other term's blocks are PSD
+    sys.definite = all(t.psd for t in self.terms)       # every term's blocks PSD by construction (`EnergyTerm.psd`)
 
 @patch
 def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats) -> LinearSolveError | None:

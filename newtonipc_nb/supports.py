@@ -44,6 +44,7 @@ def _support_accumulate_kernel(x: wp.array(dtype=wp.vec3d), idx: wp.array(dtype=
 # %% ../nbs/02a_supports.ipynb #c2e720a8
 class SupportTerm(ElementEnergyTerm):
     "Temporary supports Σ ½ kᵢ ‖xᵢ − targetᵢ‖², changeable every step with `set` and removed with `clear`."
+    psd = True          # kᵢ I per particle
     def __init__(self, *, device=None):
         self.device = str(wp.get_device(device))
         self.clear()
@@ -159,6 +160,9 @@ class TieTerm(ElementEnergyTerm):
         if not (np.isfinite(k) and k >= 0): raise ValueError(f"TieTerm: k must be finite and ≥ 0, got {k}")
         self.device, self.k, self.project = str(wp.get_device(device)), float(k), bool(project)
         self.clear()
+
+    @property
+    def psd(self) -> bool: return self.project
 
     def clear(self) -> None:
         "Remove the tie."

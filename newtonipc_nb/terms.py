@@ -98,7 +98,9 @@ class ScalarReads:
 class EnergyTerm:
     """One term of the step objective Φ(x). Subclasses implement `energy`, `num_blocks` and `accumulate`; `add_energy`
     (the energy summed into a device scalar, no host read) and `prepare` (called at x before `num_blocks`/`accumulate`
-    of one assembly, e.g. to select the active elements) have defaults."""
+    of one assembly, e.g. to select the active elements) have defaults. `psd`: whether the blocks it writes always sum
+    to a positive semidefinite matrix (False unless a term declares it)."""
+    psd = False
     def energy(self, x: wp.array) -> float: raise NotImplementedError
     def num_blocks(self) -> int: raise NotImplementedError
 

@@ -10,6 +10,7 @@ import newton
 from newtonipc_nb.intersections import count_intersections
 from newtonipc_nb.linear import REUSE_CG, PardisoSolver
 from newtonipc_nb.supports import SupportTerm
+from newtonipc_nb.terms import term_derivatives
 
 from newtonipc_nb.solver import SolverIPC
 from newtonipc_nb.solver_interface import SolverError
@@ -360,3 +361,38 @@ def test_exact_membrane_hessian_on_a_drape():
     assert pcg == ["absolute", "projected"]
     assert SolverIPC(model, linear_solver="pcg", membrane_hessian="absolute").membrane.hessian == "absolute"
     with pytest.raises(ValueError, match="membrane_hessian"): SolverIPC(model, membrane_hessian="clipped")
+
+
+def test_terms_that_declare_psd_write_psd_blocks():
+    """A term's `psd` lets a linear solver keep a factorisation, so it must be true: on a sheet draped over a sphere
+    (contacts, friction), with supports and a tie compressed to half its rest lengths, every term that declares it
+    writes blocks that sum to a PSD matrix, in each of its Hessian forms; the forms that do not (the exact membrane
+    and barrier, the tie unprojected) do not declare it."""
+    model, _ = sheet_on_sphere(15)
+    solver = SolverIPC(model)
+    a, b = model.state(), model.state()
+    for _ in range(40):
+        solver.step(a, b, None, None, 1 / 240)
+        a, b = b, a
+    x = a.particle_q.numpy().astype(np.float64)
+    film = np.arange(15 * 15)
+    solver.supports.set(film[:5], x[:5] + 1e-3, 50.0)
+    pairs = np.stack([film[:7], film[-7:]], 1)
+    solver.tie.set(pairs, 2 * np.linalg.norm(x[pairs[:, 0]] - x[pairs[:, 1]], axis=1))       # compressed to half
+    xw = wp.array(x, dtype=wp.vec3d, device=solver.device)
+    forms = {solver.membrane: ("projected", "absolute", "exact"),
+             solver.barrier: ("gauss-newton", "projected", "exact")}
+    declared = {}
+    for term in solver.terms:
+        for form in forms.get(term, (None,)):
+            if form is not None: term.hessian = form
+            term.prepare(xw)
+            _, _, H = term_derivatives(term, x)
+            lo, hi = np.linalg.eigvalsh(H)[[0, -1]]
+            assert hi > 0 or term is solver._drag, type(term).__name__          # every term but the drag is at work
+            assert not (term.psd and lo < -1e-9 * hi), (type(term).__name__, form, lo, hi)
+            declared[type(term).__name__, form] = term.psd
+    assert not declared["MembraneTerm", "exact"] and not declared["BarrierTerm", "exact"]
+    assert all(p for (_, form), p in declared.items() if form != "exact"), declared
+    solver.tie.project = False                  # the compressed tie's own Hessian is indefinite, and says so
+    assert not solver.tie.psd and np.linalg.eigvalsh(term_derivatives(solver.tie, x)[2])[0] < 0
