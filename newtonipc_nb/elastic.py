@@ -267,12 +267,15 @@ class MembraneHessianRule:
     """`membrane_hessian="auto"`: the exact form until more than `AUTO_SHARE` of the last `AUTO_WINDOW` Newton
     iterations that assembled it needed a shifted factorisation, absolute values from then on."""
     def __init__(self):
-        self.form, self._shifted = "exact", collections.deque(maxlen=AUTO_WINDOW)
+        self.form, self._shifted, self._count = "exact", collections.deque(maxlen=AUTO_WINDOW), 0
 
     def record(self, shifted: bool) -> str:
         "Count one iteration that assembled the exact form (`shifted`: its matrix needed a shift); the form to use now."
-        self._shifted.append(bool(shifted))
-        if len(self._shifted) == AUTO_WINDOW and sum(self._shifted) > AUTO_SHARE * AUTO_WINDOW: self.form = "absolute"
+        window = self._shifted
+        if len(window) == AUTO_WINDOW: self._count -= window[0]     # the oldest leaves the window as this one enters
+        window.append(bool(shifted))
+        self._count += window[-1]
+        if len(window) == AUTO_WINDOW and self._count > AUTO_SHARE * AUTO_WINDOW: self.form = "absolute"
         return self.form
 
 def membrane_hessian_start(option: str, factorises: bool) -> tuple[MembraneHessianRule | None, str]:
