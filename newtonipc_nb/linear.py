@@ -339,7 +339,7 @@ def _check_solution(x: np.ndarray, name: str):
         raise LinearSolveError(f"{name}: the solution is not finite (the matrix is not positive definite)")
 
 # %% ../nbs/09_linear.ipynb #91c140dc
-REUSE_CG, CG_DIGITS = 8, 6     # PardisoSolver: CG on the kept factor while it takes ≤ REUSE_CG iterations, to 1e-6
+REUSE_CG, CG_DIGITS = 8, 8     # PardisoSolver: CG on the kept factor while it takes ≤ REUSE_CG iterations, to 1e-8
 
 class PardisoSolver(LinearSolver):
     """Sparse Cholesky by Intel MKL PARDISO on the CPU (through pypardiso's MKL handle): ordering and symbolic analysis
