@@ -2,8 +2,11 @@
 every step stored) with its cost and its shape at a common time and at its end; writes nbs/data/bag_resolutions.json,
 and with --preview a light copy (`thin_trajectory`) of one run for the bag page's playback.
 
-Usage: python benchmarks/bag_resolutions.py RUN.npz [RUN.npz ...] [--at 3.0] [--rss RUN.npz=MB ...] [--preview RUN.npz
---every 16]
+Usage: python benchmarks/bag_resolutions.py RUN.npz [RUN.npz ...] [--at 3.0] [--rss RUN.npz=MB ...]
+[--wall RUN.npz=SECONDS ...] [--preview RUN.npz --every 16]
+
+A run resumed from a saved one (`newtonipc-bag --resume`) holds every frame and every step's statistics from t = 0,
+but its file's wall time covers only the last segment: give the whole run's with --wall, or its row says none.
 
 """
 import argparse
@@ -27,18 +30,22 @@ def _shape_at(d, t):
                 flap_height_mm=round(1e3 * flap_height(f), 2))
 
 
-def summary(path, at: float, rss_mb=None) -> dict:
-    "One run's row: resolution, cost, shape at `at` and at its end, and its full measurement table."
+def summary(path, at: float, rss_mb=None, wall_s=None) -> dict:
+    """One run's row: resolution, cost, shape at `at` and at its end, and its full measurement table; `wall_s` the
+    whole run's wall time where the file's does not cover it (a resumed run)."""
     d = load_trajectory(path)
-    if str(d.get("resumed", "")): raise SystemExit(f"{path}: a resumed run ({d['resumed']}); give runs from t = 0")
+    resumed = str(d.get("resumed", ""))
+    if float(d["time"][0]) > 0: raise SystemExit(f"{path}: its first frame is at t = {float(d['time'][0])} s; give "
+                                                 f"runs stored from t = 0")
+    if wall_s is None and not resumed: wall_s = float(d["wall_time"])
     t = np.asarray(d["time"])
     it = np.asarray(d["step_newton_iterations"])
     early = np.asarray(d["step_t"]) <= at + 1e-9
     timed = sum(np.asarray(d[k]) for k in d if k.startswith("step_time_"))
     return dict(file=Path(path).name, resolution=trajectory_resolution(d), vertices=int(d["film"].shape[1]),
                 stopped=str(d["stopped"]), end=float(t[-1]), steps=int(len(it)),
-                wall_time_s=round(float(d["wall_time"]),
-                                  1), newton_iterations=int(it.sum()), subdivisions=int(np.sum(d["step_subdivisions"])),
+                resumed=resumed, wall_time_s=None if wall_s is None else round(wall_s, 1),
+                newton_iterations=int(it.sum()), subdivisions=int(np.sum(d["step_subdivisions"])),
                 solver_s_per_step=round(float(timed.sum() / len(it)), 4),
                 solver_s_per_step_to_at=round(float(timed[early].sum() / max(early.sum(), 1)),
                                               4), newton_iterations_to_at=int(it[early].sum()), peak_rss_mb=rss_mb,
@@ -53,13 +60,16 @@ def main(argv=None):
                                                          "(default 3.0, the end of the peel)")
     p.add_argument("--rss", nargs="*", default=[], metavar="RUN.npz=MB", help="peak resident memory of a run (from "
                                                                               "/usr/bin/time -v)")
+    p.add_argument("--wall", nargs="*", default=[], metavar="RUN.npz=SECONDS", help="the whole run's wall time, for "
+                                                                                 "a resumed run")
     p.add_argument("--preview", default=None, metavar="RUN.npz", help="also write a light copy of this run to "
                                                                       "nbs/data/bag_res<K>_preview.npz")
     p.add_argument("--every", type=int, default=16, help="frames kept in the preview: every N-th (default 16)")
     p.add_argument("--out", default=str(DATA / "bag_resolutions.json"))
     a = p.parse_args(argv)
     rss = {Path(k).name: float(v) for k, v in (s.split("=", 1) for s in a.rss)}
-    rows = [summary(r, a.at, rss.get(Path(r).name)) for r in a.runs]
+    wall = {Path(k).name: float(v) for k, v in (s.split("=", 1) for s in a.wall)}
+    rows = [summary(r, a.at, rss.get(Path(r).name), wall.get(Path(r).name)) for r in a.runs]
     Path(a.out).write_text(json.dumps(dict(at=a.at, runs=rows), indent=1, ensure_ascii=False) + "\n")
     for r in rows:
         print(f"resolution {r['resolution']}: {r['stopped']}; {r['wall_time_s']} s wall, "
