@@ -53,6 +53,17 @@ def summary(path, at: float, rss_mb=None, wall_s=None) -> dict:
                 measurements=measure(d).to_dict(orient="records"))
 
 
+def _per_run(parser, pairs: list[str], runs: list[Path]) -> dict:
+    """RUN.npz=VALUE pairs keyed by the run's resolved path: two runs in different folders may share a file name."""
+    out = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if Path(key).resolve() not in runs: parser.error(f"{pair}: {key} is not one of the runs given")
+        try: out[Path(key).resolve()] = float(value)
+        except ValueError: parser.error(f"{pair}: {value!r} is not a number")
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="saved newtonipc-bag trajectories (every step stored, from t = 0)")
@@ -67,9 +78,9 @@ def main(argv=None):
     p.add_argument("--every", type=int, default=16, help="frames kept in the preview: every N-th (default 16)")
     p.add_argument("--out", default=str(DATA / "bag_resolutions.json"))
     a = p.parse_args(argv)
-    rss = {Path(k).name: float(v) for k, v in (s.split("=", 1) for s in a.rss)}
-    wall = {Path(k).name: float(v) for k, v in (s.split("=", 1) for s in a.wall)}
-    rows = [summary(r, a.at, rss.get(Path(r).name), wall.get(Path(r).name)) for r in a.runs]
+    runs = [Path(r).resolve() for r in a.runs]
+    rss, wall = _per_run(p, a.rss, runs), _per_run(p, a.wall, runs)
+    rows = [summary(r, a.at, rss.get(k), wall.get(k)) for r, k in zip(a.runs, runs)]
     Path(a.out).write_text(json.dumps(dict(at=a.at, runs=rows), indent=1, ensure_ascii=False) + "\n")
     for r in rows:
         print(f"resolution {r['resolution']}: {r['stopped']}; {r['wall_time_s']} s wall, "

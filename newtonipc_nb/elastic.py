@@ -429,7 +429,7 @@ def _hinge_accumulate_kernel(x: wp.array(dtype=wp.vec3d), hinge: wp.array(dtype=
 # %% ../nbs/02_membrane_bending.ipynb #8f371e7e
 class HingeTerm(ElementEnergyTerm):
     "Bending energy Σ ½ kθ wrap(θ − θ0)² over `ipc_model.hinge`, Gauss–Newton Hessian kθ ∇θ∇θᵀ."
-    psd = True
+    psd = True      # each hinge writes kθ ∇θ∇θᵀ, a rank-one outer product with kθ ≥ 0
     def __init__(self, ipc_model: IPCModel):
         m = ipc_model
         self.device, self.hinge, self.theta0, self.k = m.device, m.hinge, m.hinge_rest_angle, m.hinge_k
