@@ -63,7 +63,9 @@ def _friction_energy(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3d), 
 def _friction_accumulate(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3d), pairs: wp.array(dtype=wp.vec4i),
                          w: wp.array(dtype=wp.vec4d), n: wp.array(dtype=wp.vec3d), load: wp.array(dtype=wp.float64),
                          eps: wp.float64, grad: wp.array(dtype=wp.vec3d), rows: wp.array(dtype=wp.int32),
-                         cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d), offset: int):
+                         cols: wp.array(dtype=wp.int32), vals: wp.array(dtype=wp.mat33d), offset: int,
+                         along: wp.float64):
+    "`along` 1: the exact blocks; 0: the majorizer's, λP(I/s)P (no softening along t)."
     c = wp.tid()
     p = pairs[c]
     wc = w[c]
@@ -73,7 +75,7 @@ def _friction_accumulate(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3
     lam = load[c]
     f = lam * t / s
     P = wp.identity(n=3, dtype=wp.float64) - wp.outer(nc, nc)
-    K = lam * P * (wp.identity(n=3, dtype=wp.float64) / s - wp.outer(t, t) / (s * s * s)) * P
+    K = lam * P * (wp.identity(n=3, dtype=wp.float64) / s - along * wp.outer(t, t) / (s * s * s)) * P
     for i in range(4):
         add_gradient(grad, p[i], wc[i] * f)
         for j in range(4):
@@ -85,7 +87,8 @@ def _friction_accumulate(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3
 
 # %% ../nbs/08_friction.ipynb #75052fd8
 class FrictionTerm(ElementEnergyTerm):
-    "Lagged smoothed friction over the contact candidates of `search` (a `CandidateSearch`); μ = `mu`."
+    """Lagged smoothed friction over the contact candidates of `search` (a `CandidateSearch`); μ = `mu`. `hessian`
+    (may be changed between assemblies): "exact" (default) or "majorizer" (λP(I/s)P, above the energy everywhere)."""
     psd = True          # convex in x: λ P (I/s − t tᵀ/s³) P has eigenvalues λ/s and λε²/s³ in the tangent plane
     def __init__(self, search, *, mu: float = 0.35, dhat: float = 1.0e-3, kappa: float = 1000.0,
                  sliding_speed: float = 1.0e-3, particle_mu=None):
@@ -101,6 +104,7 @@ class FrictionTerm(ElementEnergyTerm):
         pm = np.zeros(0) if particle_mu is None else np.asarray(particle_mu, dtype=np.float64).reshape(-1)
         self.particle_mu = wp.array(pm, dtype=wp.float64, device=self.device)
         self._any_mu = mu > 0 or bool((pm > 0).any())
+        self.hessian = "exact"
         self.clear()
 
     def clear(self):
@@ -168,5 +172,6 @@ def accumulate(self: FrictionTerm, x, grad, blocks: HessianBlocks, offset: int) 
     wp.launch(
         _friction_accumulate, dim=self.count, inputs=[
             x, self.x0, self.pairs, self.w, self.n, self.load,
-            wp.float64(self.eps), grad, blocks.rows, blocks.cols, blocks.vals, offset
+            wp.float64(self.eps), grad, blocks.rows, blocks.cols, blocks.vals, offset,
+            wp.float64({"exact": 1.0, "majorizer": 0.0}[self.hessian])
         ], device=self.device)

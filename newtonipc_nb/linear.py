@@ -581,10 +581,10 @@ def shift(self: NewtonSystem, tau: float):
                   inputs=[self.diag, self.fixed, self.H.values, wp.float64(tau - self.tau)])
         self.tau = tau
 
-def factorise_shifted(linear: LinearSolver, system: NewtonSystem, last: float = 0.0) -> float:
+def factorise_shifted(linear: LinearSolver, system: NewtonSystem, last: float = 0.0, shift: bool = True) -> float:
     """Factorise the equilibrated system, shifted by τ I if it is not positive definite, and return τ: 0 first; after
     a refusal a tenth of `last` (the τ the step's last shifted factorisation needed), at least SHIFT_MIN; then ×10 at
-    each refusal. Past SHIFT_MAX the refusal (`NotPositiveDefinite`) is raised."""
+    each refusal. Past SHIFT_MAX, or at once with `shift=False`, the refusal (`NotPositiveDefinite`) is raised."""
     tau = 0.0
     while True:
         system.shift(tau)
@@ -592,7 +592,7 @@ def factorise_shifted(linear: LinearSolver, system: NewtonSystem, last: float = 
             linear.prepare(system)
         except NotPositiveDefinite:
             linear.stats["indefinite"] += 1
-            if tau >= SHIFT_MAX: raise
+            if tau >= SHIFT_MAX or not shift: raise
             tau = 10.0 * tau if tau > 0 else max(SHIFT_MIN, last / 10)
             continue
         linear.stats["shifted"] += tau > 0

@@ -25,11 +25,12 @@ from .obstacles import first_inside, obstacles_from_newton, with_obstacles
 from .ccd import DeviceStepBound, candidate_step_bounds, fp32_gap_check
 from .intersections import count_intersections
 from .friction import FrictionTerm
-from .linear import LinearSolveError, NewtonSystem, factorise_shifted, make_linear_solver
+from .linear import (LinearSolveError, NewtonSystem, NotPositiveDefinite, factorise_shifted,
+                                 make_linear_solver)
 from .line_search import LineSearch, _axpy
 from .rest_contacts import check_rest_contacts
 from .solver_interface import (MIN_DT, IterationInfo, SolverError, StepFailure, StepStats, _Timer,
-                                           _check_options, _check_terms)
+                                           _check_options, _check_state, _check_terms, _read_state)
 
 # %% auto #0
 __all__ = ['PROJECTED_FROM', 'EXACT_FROM', 'SolverIPC']
@@ -70,7 +71,8 @@ class SolverIPC(newton.solvers.SolverBase):
     holds film–film pairs inside `dhat` (a sheet that would lock) is refused, naming a `dhat` that works, unless
     "allow"; `barrier_hessian` ["switching": Gauss–Newton blocks, projected from iteration `PROJECTED_FROM`],
     "gauss-newton" or "projected" (`BarrierTerm`); `membrane_hessian` ["auto": "exact" from iteration `EXACT_FROM`,
-    shifted where indefinite, until `MembraneHessianRule` says "absolute"], "exact", "absolute" or "projected".
+    until `MembraneHessianRule` says "absolute", then exact on trial after a full step], "exact", "absolute" or
+    "projected".
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -95,8 +97,7 @@ class SolverIPC(newton.solvers.SolverBase):
         self._body_q = body_q = model.body_q.numpy() if model.body_q is not None and model.body_count else None
         # the contact model: the model's particles, then the obstacle points (fixed, massless)
         self.contact = with_obstacles(self.ipc, self.obstacles, self.obstacles.positions(body_q))
-        self.linear = make_linear_solver(linear_solver, device=d)
-        self.observer = observer
+        self.linear, self.observer = make_linear_solver(linear_solver, device=d), observer
         self.options = dict(membrane=membrane, membrane_hessian=membrane_hessian, dhat=dhat, min_gap=min_gap,
                             kappa=kappa, friction=friction, max_iterations=int(max_iterations), tolerance=tolerance,
                             step_bound=step_bound, line_search_trials=int(line_search_trials), drag=drag, skin=skin,
@@ -258,8 +259,8 @@ def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats) -> LinearSolv
         self._assemble(x)
     self._outside, self._early = None, False
     try:
-        with _Timer(st.times, "factorisation"):   # τ I added where the exact membrane left it indefinite; a shift
-            self._tau = factorise_shifted(self.linear, self.system, self._tau) or self._tau    # is kept for refusals
+        with _Timer(st.times, "factorisation"):   # τ I where the exact membrane is indefinite, never on trial
+            self._tau = factorise_shifted(self.linear, self.system, self._tau, shift=not self._trial) or self._tau
         with _Timer(st.times, "solve"):
             self.linear.solve(self.system, self._z)
     except LinearSolveError as e:
@@ -308,6 +309,9 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
             st.patterns += 1
             continue
         if not fits: continue                       # more active contacts than reserved slots: assemble again
+        if isinstance(failed, NotPositiveDefinite) and self._trial:    # the exact membrane on trial was refused:
+            self.membrane.hessian, self._trial = self._late, False      # this iteration keeps the rule's form
+            continue
         if int(flags[1]) and self.membrane.hessian == "exact":  # compression left a particle no stiffness of its
             self.membrane.hessian = "projected"                 # own: this iteration's membrane is assembled projected
             continue
@@ -324,7 +328,8 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
         if self._auto and self.membrane.hessian == "exact": self._late = self._auto.record(self.system.tau > 0)
         return slope, max_dx, max_move
     raise AssertionError("four assemblies at one iterate: a block still outside the grown pattern, more active "
-                         "contacts than slots for every candidate, or a bad diagonal with the projected membrane")
+                         "contacts than slots for every candidate, a refused trial, or a bad diagonal with the "
+                         "projected membrane")
 
 # %% ../nbs/10_solver.ipynb #bbde2f5e
 @patch
@@ -351,7 +356,13 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
     (α = 0: none) and whether to stop."""
     o = self.options
     if o["barrier_hessian"] == "switching": self.barrier.hessian = ("gauss-newton", "projected")[it >= PROJECTED_FROM]
-    self.membrane.hessian, self._ls.extend = (self._late, self._ls.extend) if it >= EXACT_FROM else ("projected", 1.0)
+    # after a full step, where the rule has settled on "absolute", the exact membrane is tried: the step is near its
+    # minimiser, where the whole matrix is definite however compressed the film; refused, the iteration is re-assembled
+    self._trial = it >= EXACT_FROM and self._full and self._auto is not None and self._late == "absolute"
+    late = "exact" if self._trial else self._late
+    # after a cut step, friction's majorizing blocks: a contact driven back through its kink cannot overshoot again
+    self.friction.hessian = "majorizer" if it > 0 and not self._full else "exact"
+    self.membrane.hessian, self._ls.extend = (late, self._ls.extend) if it >= EXACT_FROM else ("projected", 1.0)
     slope, max_dx, max_move = self._direction(x, st)
     max_dx /= self._ls.extend                     # convergence is judged on the Newton step itself
     st.newton_iterations, st.extended, st.shifted = (st.newton_iterations + 1, st.extended + (self._ls.extend > 1),
@@ -384,11 +395,13 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
                 (alpha, phi_t), done = found, converged
                 st.alphas.append(alpha)
                 st.energies.append(phi_t)
+    self._full = alpha == 1.0
     if self.observer is not None:
         self.observer(IterationInfo(dt, it, self.system, self._dx, max_dx, slope, alpha, phi_t,
                                     dict(self.linear.stats)))
     return alpha, phi_t, done
 
+# %% ../nbs/10_solver.ipynb #98a25919
 @patch
 def _newton(self: SolverIPC, dt: float, st: StepStats, phi: float | None = None) -> wp.array:
     """Minimise Φ from self._x (where Φ = `phi`, if known); returns the minimiser (one of the solver's two position
@@ -398,6 +411,7 @@ def _newton(self: SolverIPC, dt: float, st: StepStats, phi: float | None = None)
     if not math.isfinite(phi):
         raise SolverError("invalid start: the objective is not finite at the start positions (an inverted triangle?)")
     self._tau, self._ls.extend = 0.0, 1.0       # the shift needed last in this step (`factorise_shifted`), no extension
+    self._full = self._trial = False            # no full step yet, no exact membrane on trial (`_iteration`)
     for it in range(self.options["max_iterations"]):
         alpha, phi, done = self._iteration(self._x, phi, it, dt, st)
         if alpha > 0: self._x, self._xt = self._xt, self._x
@@ -523,32 +537,6 @@ def _rollback(self: SolverIPC):
     self.friction.clear()
     self._near = None
 
-# %% ../nbs/10_solver.ipynb #a892ff4f
-@patch
-def _check_state(self: SolverIPC, state, name: str):
-    "`state` must hold wp.vec3 particle_q and particle_qd arrays of this model's particle count on the solver's device."
-    n = self.ipc.particle_count
-    for attr in ("particle_q", "particle_qd"):
-        a = getattr(state, attr, None)
-        if not isinstance(a, wp.array) or a.ndim != 1 or a.shape[0] != n or a.dtype != wp.vec3:
-            kind = wp.types.type_repr(a.dtype) if isinstance(a, wp.array) else type(a).__name__
-            got = "missing" if a is None else f"{getattr(a, 'shape', '?')} {kind}"
-            raise SolverError(f"{name}.{attr} must be a wp.vec3 array of {n} particles (this model's count), got {got}")
-
-@patch
-def _read_state(self: SolverIPC, state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    self._check_state(state, "state_in")
-    q, qd = state.particle_q, state.particle_qd
-    x0 = q.numpy().astype(np.float64)
-    v0 = qd.numpy().astype(np.float64)
-    f = state.particle_f.numpy().astype(np.float64) if state.particle_f is not None else np.zeros_like(x0)
-    for name, a in (("particle_q", x0), ("particle_qd", v0), ("particle_f", f)):
-        if a.shape != x0.shape: raise SolverError(f"state_in.{name} has shape {a.shape}, expected {x0.shape}")
-        if not np.isfinite(a).all():
-            i = int(np.flatnonzero(~np.isfinite(a).all(1))[0])
-            raise SolverError(f"state_in.{name} of particle {i} is not finite: {a[i]}")
-    return x0, v0, f
-
 # %% ../nbs/10_solver.ipynb #b1cea6e5
 @patch
 def _check_start(self: SolverIPC, x: np.ndarray):
@@ -621,8 +609,8 @@ def step(self: SolverIPC, state_in, state_out, control, contacts, dt: float):
         raise ValueError(f"dt = {dt!r} s is below {MIN_DT:g} s: the inertia stiffness m/dt² and the velocity "
                          f"(x − x₀)/dt lose their meaning there; give a step ≥ {MIN_DT:g} s "
                          f"(the bag scene takes 1/240 s)")
-    self._check_state(state_out, "state_out")
-    x_in, v_in, f_in = self._read_state(state_in)
+    _check_state(state_out, "state_out", self.ipc.particle_count)
+    x_in, v_in, f_in = _read_state(state_in, self.ipc.particle_count)
     xs, xe, swept = self._start(x_in, state_in)
     # a start that is this solver's last output is known to be free of intersections: skip the exact test
     if not swept: self._check_start(xs)

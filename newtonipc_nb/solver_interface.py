@@ -10,6 +10,7 @@ import numbers
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import warp as wp
 
 from .checks import choice, non_negative, option, positive
@@ -118,3 +119,26 @@ def _check_terms(terms) -> list:
             raise ValueError(
                 f"SolverIPC: terms[{i}] must be an EnergyTerm ({type(t).__name__} has no {', '.join(missing)})")
     return extra
+
+# %% ../nbs/09a_solver_interface.ipynb #40f0f292
+def _check_state(state, name: str, n: int):
+    "`state` must hold wp.vec3 particle_q and particle_qd arrays of `n` particles (the model's count)."
+    for attr in ("particle_q", "particle_qd"):
+        a = getattr(state, attr, None)
+        if not isinstance(a, wp.array) or a.ndim != 1 or a.shape[0] != n or a.dtype != wp.vec3:
+            kind = wp.types.type_repr(a.dtype) if isinstance(a, wp.array) else type(a).__name__
+            got = "missing" if a is None else f"{getattr(a, 'shape', '?')} {kind}"
+            raise SolverError(f"{name}.{attr} must be a wp.vec3 array of {n} particles (this model's count), got {got}")
+
+def _read_state(state, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    "Positions, velocities and forces of the step's input `state` of `n` particles, in float64, checked."
+    _check_state(state, "state_in", n)
+    x0 = state.particle_q.numpy().astype(np.float64)
+    v0 = state.particle_qd.numpy().astype(np.float64)
+    f = state.particle_f.numpy().astype(np.float64) if state.particle_f is not None else np.zeros_like(x0)
+    for name, a in (("particle_q", x0), ("particle_qd", v0), ("particle_f", f)):
+        if a.shape != x0.shape: raise SolverError(f"state_in.{name} has shape {a.shape}, expected {x0.shape}")
+        if not np.isfinite(a).all():
+            i = int(np.flatnonzero(~np.isfinite(a).all(1))[0])
+            raise SolverError(f"state_in.{name} of particle {i} is not finite: {a[i]}")
+    return x0, v0, f
