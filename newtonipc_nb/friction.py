@@ -166,12 +166,16 @@ def _energies(self: FrictionTerm, x: wp.array, total: wp.array) -> wp.array:
 @patch
 def num_blocks(self: FrictionTerm) -> int: return 16 * self.count
 
+_ALONG = {"exact": 1.0, "majorizer": 0.0}      # the kernel's `along` for each `FrictionTerm.hessian`
+
 @patch
 def accumulate(self: FrictionTerm, x, grad, blocks: HessianBlocks, offset: int) -> None:
+    if self.hessian not in _ALONG:
+        raise ValueError(f"FrictionTerm: hessian must be one of {', '.join(_ALONG)}, got {self.hessian!r}")
     if not self.count: return
     wp.launch(
         _friction_accumulate, dim=self.count, inputs=[
             x, self.x0, self.pairs, self.w, self.n, self.load,
             wp.float64(self.eps), grad, blocks.rows, blocks.cols, blocks.vals, offset,
-            wp.float64({"exact": 1.0, "majorizer": 0.0}[self.hessian])
+            wp.float64(_ALONG[self.hessian])
         ], device=self.device)
