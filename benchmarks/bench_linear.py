@@ -29,9 +29,10 @@ from newtonipc_nb.linear import make_linear_solver, system_from_bsr
 def systems_of_saved_run(path, at):
     "Every Newton system of the bag step after time `at` of a saved run, copied off the solver's observer."
     from newtonipc_nb.scenes.bag_scene import DT
-    from newtonipc_nb.scenes.bag_run import run_bag
-    kept = []
-    run_bag(at + DT, resume=path, resume_at=at, progress=False, observer=lambda info: kept.append(info.system.copy()))
+    from newtonipc_nb.scenes.bag_run import load_trajectory, run_bag, trajectory_resolution
+    kept, resolution = [], trajectory_resolution(load_trajectory(path))
+    run_bag(at + DT, resume=path, resume_at=at, progress=False, resolution=resolution,
+            observer=lambda info: kept.append(info.system.copy()))
     return kept
 
 

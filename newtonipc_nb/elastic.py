@@ -16,9 +16,10 @@ from .inputs import IPCModel, add_mesh, mat32d, set_hinge_stiffness
 from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays
 
 # %% auto #0
-__all__ = ['MEMBRANE_MODELS', 'MEMBRANE_HESSIANS', 'AUTO_WINDOW', 'AUTO_SHARE', 'triangle_rest_shape', 'MembraneTerm',
-           'MembraneHessianRule', 'membrane_hessian_start', 'membrane_energy', 'membrane_derivatives', 'HingeTerm',
-           'hinge_angle', 'hinge_derivatives', 'bent_cylinder', 'cylinder_energy_ratio', 'equilateral_mesh']
+__all__ = ['MEMBRANE_MODELS', 'MEMBRANE_HESSIANS', 'AUTO_WINDOW', 'AUTO_SHARE', 'TRIAL_WAIT_MAX', 'triangle_rest_shape',
+           'MembraneTerm', 'MembraneHessianRule', 'membrane_hessian_start', 'membrane_energy', 'membrane_derivatives',
+           'HingeTerm', 'hinge_angle', 'hinge_derivatives', 'bent_cylinder', 'cylinder_energy_ratio',
+           'equilateral_mesh']
 
 # %% ../nbs/02_membrane_bending.ipynb #cd4d5f60
 def triangle_rest_shape(X0) -> tuple[np.ndarray, np.ndarray]:
@@ -262,12 +263,15 @@ class MembraneTerm(ElementEnergyTerm):
 
 # %% ../nbs/02_membrane_bending.ipynb #ac629a24
 AUTO_WINDOW, AUTO_SHARE = 512, 0.7
+TRIAL_WAIT_MAX = 4      # after refused trials of the exact form, at most this many chances to try are skipped
 
 class MembraneHessianRule:
     """`membrane_hessian="auto"`: the exact form until more than `AUTO_SHARE` of the last `AUTO_WINDOW` Newton
-    iterations that assembled it needed a shifted factorisation, absolute values from then on."""
+    iterations that assembled it needed a shifted factorisation, absolute values from then on; then the exact form
+    on trial (`trial`, `tried`), backing off after refusals."""
     def __init__(self):
         self.form, self._shifted, self._count = "exact", collections.deque(maxlen=AUTO_WINDOW), 0
+        self._wait, self._skip = 0, 0       # chances to skip after the last refusal, and how many are left
 
     def record(self, shifted: bool) -> str:
         "Count one iteration that assembled the exact form (`shifted`: its matrix needed a shift); the form to use now."
@@ -277,6 +281,19 @@ class MembraneHessianRule:
         self._count += window[-1]
         if len(window) == AUTO_WINDOW and self._count > AUTO_SHARE * AUTO_WINDOW: self.form = "absolute"
         return self.form
+
+    def trial(self) -> bool:
+        "Whether this chance to try the exact form on trial is taken: not while backing off after refusals."
+        if self._skip:
+            self._skip -= 1
+            return False
+        return True
+
+    def tried(self, refused: bool) -> None:
+        """A trial's outcome: each refusal in a row doubles the chances skipped before the next trial (1, 2, then
+        `TRIAL_WAIT_MAX` = 4 each); an accepted one ends the back-off."""
+        self._wait = min(2 * self._wait or 1, TRIAL_WAIT_MAX) if refused else 0
+        self._skip = self._wait
 
 def membrane_hessian_start(option: str, factorises: bool) -> tuple[MembraneHessianRule | None, str]:
     """(the rule, the form) a solver starts with for its `membrane_hessian` option: a rule for "auto" only. A linear

@@ -311,6 +311,7 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
         if not fits: continue                       # more active contacts than reserved slots: assemble again
         if isinstance(failed, NotPositiveDefinite) and self._trial:    # the exact membrane on trial was refused:
             self.membrane.hessian, self._trial = self._late, False      # this iteration keeps the rule's form
+            self._auto.tried(refused=True)
             continue
         if int(flags[1]) and self.membrane.hessian == "exact":  # compression left a particle no stiffness of its
             self.membrane.hessian = "projected"                 # own: this iteration's membrane is assembled projected
@@ -326,6 +327,7 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
         if self._outside is not None: self.barrier.settle_near(self._near, near)
         self._ls.first = first[0] if first else None
         if self._auto and self.membrane.hessian == "exact": self._late = self._auto.record(self.system.tau > 0)
+        if self._trial: self._auto.tried(refused=False)
         return slope, max_dx, max_move
     raise AssertionError("four assemblies at one iterate: a block still outside the grown pattern, more active "
                          "contacts than slots for every candidate, a refused trial, or a bad diagonal with the "
@@ -358,7 +360,9 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
     if o["barrier_hessian"] == "switching": self.barrier.hessian = ("gauss-newton", "projected")[it >= PROJECTED_FROM]
     # after a full step, where the rule has settled on "absolute", the exact membrane is tried: the step is near its
     # minimiser, where the whole matrix is definite however compressed the film; refused, the iteration is re-assembled
-    self._trial = it >= EXACT_FROM and self._full and self._auto is not None and self._late == "absolute"
+    # (and the rule backs off: it skips chances to try)
+    self._trial = (it >= EXACT_FROM and self._full and self._auto is not None and self._late == "absolute"
+                   and self._auto.trial())
     late = "exact" if self._trial else self._late
     # after a cut step, friction's majorizing blocks: a contact driven back through its kink cannot overshoot again
     self.friction.hessian = "majorizer" if it > 0 and not self._full else "exact"

@@ -7,6 +7,7 @@ import pytest
 import warp as wp
 
 import newton
+from newtonipc_nb.elastic import MembraneHessianRule
 from newtonipc_nb.intersections import count_intersections
 from newtonipc_nb.linear import REUSE_CG, PardisoSolver
 from newtonipc_nb.supports import SupportTerm
@@ -365,16 +366,22 @@ def test_exact_membrane_hessian_on_a_drape():
 
 def test_exact_membrane_on_trial_after_full_steps_and_friction_majorizer_after_cut_ones():
     """Where the "auto" rule has settled on absolute values, an iteration from `EXACT_FROM` on that follows a full
-    step (α = 1) assembles the exact membrane on trial: factorised without a shift, kept if PARDISO takes it, else
-    the iteration is re-assembled with absolute values. No other iteration changes form, and an explicit
-    "absolute" never tries. After a cut step friction assembles its majorizing blocks. On this drape (when
-    written): 459 iterations, 204 of them exact trials, 7 refused, against 473 with absolute values alone."""
+    step (α = 1) is a chance to assemble the exact membrane on trial: factorised without a shift, kept if PARDISO
+    takes it, else the iteration is re-assembled with absolute values; after refusals the rule skips chances (1, 2,
+    then 4), and the solver takes exactly the chances the rule allows. No other iteration changes form, and an
+    explicit "absolute" never tries. After a cut step friction assembles its majorizing blocks. On this drape (when
+    written): 459 iterations against 473 with absolute values alone; of 212 chances, 202 exact trials kept, 3 refused
+    and 7 skipped."""
     model, _ = sheet_on_sphere(15)
-    seen, friction = [], []
+    seen, friction, log = [], [], []
     solver = SolverIPC(model, observer=lambda i: (seen.append((i.iteration, i.alpha, solver.membrane.hessian,
                                                                solver._trial)),
                                                   friction.append(solver.friction.hessian)))
-    solver._auto.form = solver._late = "absolute"        # as the rule leaves a fine bag within its first 0.21 s
+    rule = solver._auto
+    rule.form = solver._late = "absolute"          # as the rule leaves a fine bag within its first 0.21 s
+    chance, tried = rule.trial, rule.tried
+    rule.trial = lambda: log.append(("chance", chance())) or log[-1][1]
+    rule.tried = lambda refused: log.append(("tried", refused)) or tried(refused)
     a, b = model.state(), model.state()
     for _ in range(80):
         solver.step(a, b, None, None, 1 / 240)
@@ -382,20 +389,28 @@ def test_exact_membrane_on_trial_after_full_steps_and_friction_majorizer_after_c
     # friction's majorizing blocks exactly in the iterations that follow a cut step (α < 1) of the same step
     cut = [it > 0 and prev[1] < 1.0 for (it, *_), prev in zip(seen, [(0, 1.0)] + seen[:-1])]
     assert friction == ["majorizer" if c else "exact" for c in cut] and any(cut)
-    trials = refused = 0
+    trials = absolute = 0
     for (it, alpha, form, trial), (_, prev_alpha, _, _) in zip(seen[1:], seen[:-1]):
         if it < EXACT_FROM:
             assert form == "projected" and not trial
         elif prev_alpha == 1.0:
             assert (form, trial) in (("exact", True), ("absolute", False)), (it, form, trial)
-            trials, refused = trials + trial, refused + (not trial)
+            trials, absolute = trials + trial, absolute + (not trial)
         else:
             assert (form, trial) == ("absolute", False), (it, form, trial)
+    # every chance follows a full step: taken, it is kept (exact) or refused (absolute); skipped, it is absolute
+    chances = [v for kind, v in log if kind == "chance"]
+    refusals = [v for kind, v in log if kind == "tried"]
+    assert len(chances) == trials + absolute and sum(chances) == len(refusals) == trials + sum(refusals)
     stats = solver.linear.stats
-    assert trials > 0 and stats["shifted"] == 0 and stats["indefinite"] == refused
+    assert trials > 0 and sum(refusals) > 0 and stats["shifted"] == 0 and stats["indefinite"] == sum(refusals)
+    replay = MembraneHessianRule()                 # the solver took exactly the chances the rule's back-off allows
+    for kind, v in log:
+        if kind == "chance": assert replay.trial() == v
+        else: replay.tried(v)
     its_absolute, s_absolute, _ = drape_iterations("absolute")
     assert s_absolute.linear.stats["indefinite"] == 0
-    assert len(seen) < its_absolute, (len(seen), its_absolute, trials, refused)
+    assert len(seen) < its_absolute, (len(seen), its_absolute, trials, sum(refusals), len(chances))
 
 
 def test_terms_that_declare_psd_write_psd_blocks():
