@@ -24,10 +24,13 @@ class LinearSolveError(RuntimeError):
 class NotPositiveDefinite(LinearSolveError):
     "A Cholesky factorisation met a pivot that is not positive: the matrix is indefinite (`factorise_shifted`)."
 
+class PatternIncomplete(LinearSolveError):
+    "A block was scattered outside the pattern: the pattern must grow (`NewtonSystem.settle`) before a factorisation."
+
 # %% auto #0
 __all__ = ['REUSE_CG', 'CG_DIGITS', 'LINEAR_SOLVERS', 'SHIFT_MIN', 'SHIFT_MAX', 'LinearSolveError', 'NotPositiveDefinite',
-           'NewtonSystem', 'ScalarCSR', 'LinearSolver', 'PardisoSolver', 'CholespySolver', 'DenseSolver', 'PCGSolver',
-           'make_linear_solver', 'system_from_bsr', 'solve_linear', 'factorise_shifted']
+           'PatternIncomplete', 'NewtonSystem', 'ScalarCSR', 'LinearSolver', 'PardisoSolver', 'CholespySolver',
+           'DenseSolver', 'PCGSolver', 'make_linear_solver', 'system_from_bsr', 'solve_linear', 'factorise_shifted']
 
 # %% ../nbs/09_linear.ipynb #28ba7bc0
 @wp.func
@@ -175,10 +178,12 @@ class NewtonSystem:
 
 # %% ../nbs/09_linear.ipynb #4d6584c2
 @patch
-def _triplet_keys(self: NewtonSystem, blocks: HessianBlocks, count: int) -> np.ndarray:
+def _triplet_keys(self: NewtonSystem, blocks: HessianBlocks, count: int, missed: bool = False) -> np.ndarray:
+    "The sorted unique block keys of the first `count` triplets (with `missed`: of those the last `scatter` missed)."
     r, c = blocks.rows.numpy()[:count].astype(np.int64), blocks.cols.numpy()[:count].astype(np.int64)
     fx = self.fixed.numpy()
     ok = (r >= 0) & (c >= 0)
+    if missed: ok &= self._hint.numpy()[:count] < 0        # `_scatter_blocks` sets every kept triplet's hint
     r, c = r[ok], c[ok]
     ok = (fx[r] == 0) & (fx[c] == 0)
     return np.unique(r[ok] * self.n + c[ok])
@@ -210,10 +215,9 @@ def settle(self: NewtonSystem, flags) -> bool:
     if missed == 0:
         self._checked = bad
         return True
-    keys = self._triplet_keys(*self._scattered)
-    union = np.union1d(self._keys, keys)
+    union = np.union1d(self._keys, self._triplet_keys(*self._scattered, missed=True))    # a few new blocks
     shrink = len(union) > 1.5 * self._fresh_nnz
-    self._set_pattern(keys if shrink else union)
+    self._set_pattern(self._triplet_keys(*self._scattered) if shrink else union)
     if shrink: self._fresh_nnz = self.nnz
     return False
 
@@ -360,6 +364,7 @@ class PardisoSolver(LinearSolver):
         self.stats.update(reused=0, cg_iterations=0)
         self._cg_last = None                # CG iterations of the last solve on the kept factor; 0: a fresh factor
         self._cg = False                    # the current matrix is solved by CG on the kept factor
+        self._flags_of = None               # the system whose flags `_flags` views (`factorise`)
 
     def analyse(self, system):
         if str(system.device) != "cpu": raise LinearSolveError("pardiso runs on the CPU only; use 'cholespy' or "
@@ -404,6 +409,10 @@ def restart(self: PardisoSolver):
 
 @patch
 def factorise(self: PardisoSolver, system):
+    # a matrix whose pattern must grow is not worth factorising (the caller grows it and scatters the blocks again);
+    # PARDISO runs where the system lives in host memory, so its missed-block count is seen through a view, no transfer
+    if self._flags_of is not system: self._flags, self._flags_of = system.flags.numpy(), system
+    if self._flags[0]: raise PatternIncomplete("pardiso: a block lies outside the analysed pattern")
     self.csr.refresh()
     last = self._cg_last
     self._cg = bool(self.reuse and system.definite and last is not None and last <= self.reuse)

@@ -233,30 +233,31 @@ def _restrict(self: SolverIPC, near) -> None:
 
 # %% ../nbs/10_solver.ipynb #6a005ea2
 @patch
-def _assemble(self: SolverIPC, x: wp.array):
+def _assemble(self: SolverIPC, x: wp.array, again: bool = False):
     """Gradient and Hessian blocks of every term at x, scattered into `self.system`, then D H D and −D∇Φ; nothing is
-    read (the pattern and diagonal flags come back with the direction)."""
-    for t in self.terms: t.prepare(x)
-    sizes = [t.num_blocks() for t in self.terms]
-    total = sum(sizes)
-    if total > len(self._blocks):
-        self._blocks = HessianBlocks.allocate(int(1.5 * total) + 64, device=self.device)
+    read (the pattern and diagonal flags come back with the direction). `again`: the last blocks scattered into a
+    pattern that has just grown (the terms are not run again)."""
     sys = self.system
-    sys.grad.zero_()
-    off = 0
-    for t, s in zip(self.terms, sizes):
-        t.accumulate(x, sys.grad, self._blocks, off)
-        off += s
-    sys.scatter(self._blocks, total)
+    if not again:
+        for t in self.terms: t.prepare(x)
+        sizes = [t.num_blocks() for t in self.terms]
+        self._total = sum(sizes)
+        if self._total > len(self._blocks):
+            self._blocks = HessianBlocks.allocate(int(1.5 * self._total) + 64, device=self.device)
+        sys.grad.zero_()
+        for t, s, off in zip(self.terms, sizes, np.cumsum([0, *sizes])):
+            t.accumulate(x, sys.grad, self._blocks, int(off))
+    sys.scatter(self._blocks, self._total)
     sys.finish(check=False)
     sys.definite = all(t.psd for t in self.terms)       # every term's blocks PSD by construction (`EnergyTerm.psd`)
 
 @patch
-def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats) -> LinearSolveError | None:
-    """Assemble, factorise and solve into self._dx, then launch its norms, x + Δx into self._xt, whether the candidates
-    cover that motion and its near set; nothing is read. A failed factorisation or solve is returned, not raised."""
+def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats, again: bool = False) -> LinearSolveError | None:
+    """Assemble (`again`: see `_assemble`), factorise and solve into self._dx, then launch its norms, x + Δx into
+    self._xt, whether the candidates cover that motion and its near set; nothing is read. A failed factorisation or
+    solve is returned, not raised."""
     with _Timer(st.times, "assembly"):
-        self._assemble(x)
+        self._assemble(x, again)
     self._outside, self._early = None, False
     try:
         with _Timer(st.times, "factorisation"):   # τ I where the exact membrane is indefinite, never on trial
@@ -298,15 +299,16 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
     """The Newton direction Δx into `self._dx`, x + Δx into `self._xt` and the near set of that motion into
     `self._near` (unless the candidates must be rebuilt first: `self._outside` None or `barrier.flag` set); returns
     (∇Φ·Δx, max|Δx| over components, max ‖Δxᵢ‖ over particles) from one host read."""
+    again = False
     for _ in range(4):
-        failed = self._launch_direction(x, st)
+        failed = self._launch_direction(x, st, again)
         first = [self._ls.first_batch] if self._early else []     # the first line-search batch, when launched
         norms, flags, prepared, near, *first = self._reads.read(self._norms, self.system.flags,
                                                                 self.barrier.prepared_scalars,
                                                                 self.barrier.near_scalars, *first)
         fits = self.barrier.settle_prepare(prepared)
-        if not self.system.settle(flags):          # a block outside the pattern: it has grown, assemble again
-            st.patterns += 1
+        if not self.system.settle(flags):          # a block outside the pattern: it has grown, scatter again (the
+            st.patterns, again = st.patterns + 1, fits      # terms run again only for more contact slots)
             continue
         if not fits: continue                       # more active contacts than reserved slots: assemble again
         if isinstance(failed, NotPositiveDefinite) and self._trial:    # the exact membrane on trial was refused:
@@ -498,7 +500,9 @@ def _solve(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, v0: np.ndarray, f: n
     xr.assign(x32)
     with _Timer(st.times, "candidates"):
         self.search.update(xr, xr)
-    ok, gmin, lost = fp32_gap_check(self.search.contacts, xr)
+    # a candidate beyond d̂ at the rounded positions has a gap far above the check's tolerance: those within are checked
+    self._near = near = self.barrier.near(xr, 0.0, self._near)
+    ok, gmin, lost = fp32_gap_check(near, xr)
     if not ok:
         raise StepFailure(f"FP32 rounding lost {lost} gap(s) (minimum gap {gmin:.3e} m)")
     st.min_gap = min(st.min_gap, float(gmin))
