@@ -8,6 +8,7 @@ import warp as wp
 
 import newton
 from newtonipc_nb.elastic import MembraneHessianRule
+from newtonipc_nb.ccd import fp32_gaps
 from newtonipc_nb.intersections import count_intersections
 from newtonipc_nb.linear import REUSE_CG, PardisoSolver
 from newtonipc_nb.supports import SupportTerm
@@ -411,6 +412,27 @@ def test_exact_membrane_on_trial_after_full_steps_and_friction_majorizer_after_c
     its_absolute, s_absolute, _ = drape_iterations("absolute")
     assert s_absolute.linear.stats["indefinite"] == 0
     assert len(seen) < its_absolute, (len(seen), its_absolute, trials, sum(refusals), len(chances))
+
+
+def test_fp32_check_covers_every_candidate_within_dhat():
+    """The end-of-step FP32 rounding check runs over the candidates within d̂ at the rounded positions
+    (`barrier.near(x, 0)`), not every candidate: on a sheet draped over a sphere, after each step every candidate whose
+    gap there is below d̂ is among them, with the same gap, so no gap the check could find lost is left out."""
+    model, _ = sheet_on_sphere(15)
+    solver = SolverIPC(model)
+    a, b = model.state(), model.state()
+    close_ones = 0
+    for _ in range(40):
+        solver.step(a, b, None, None, 1 / 240)
+        a, b = b, a
+        x = wp.array(a.particle_q.numpy().astype(np.float64), dtype=wp.vec3d)
+        solver.search.update(x, x)
+        every = fp32_gaps(solver.search.contacts, x)
+        near = fp32_gaps(solver.barrier.near(x, 0.0), x)
+        dhat = solver.barrier.dhat
+        np.testing.assert_array_equal(np.sort(every[every < dhat]), np.sort(near[near < dhat]))
+        close_ones += int(np.sum(every < dhat))
+    assert close_ones > 0
 
 
 def test_terms_that_declare_psd_write_psd_blocks():
