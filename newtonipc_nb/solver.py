@@ -280,6 +280,7 @@ def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats, again: bool =
         self._launch_first_batch(x, st)
     return None
 
+# %% ../nbs/10_solver.ipynb #f0782316
 @patch
 def _launch_first_batch(self: SolverIPC, x: wp.array, st: StepStats):
     """The step bound over the near set just launched and the first batch of line-search trials, launched before that
