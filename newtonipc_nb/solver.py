@@ -25,12 +25,12 @@ from .obstacles import first_inside, obstacles_from_newton, with_obstacles
 from .ccd import DeviceStepBound, candidate_step_bounds, fp32_gap_check
 from .intersections import count_intersections
 from .friction import FrictionTerm
-from .linear import (LinearSolveError, NewtonSystem, NotPositiveDefinite, factorise_shifted,
-                                 make_linear_solver)
+from .linear import (
+    LinearSolveError, NewtonSystem, NotPositiveDefinite, factorise_shifted, make_linear_solver)
 from .line_search import LineSearch, _axpy
 from .rest_contacts import check_rest_contacts
-from .solver_interface import (MIN_DT, IterationInfo, SolverError, StepFailure, StepStats, _Timer,
-                                           _check_options, _check_state, _check_terms, _read_state)
+from .solver_interface import MIN_DT, IterationInfo, SolverError, StepFailure, StepStats, _Timer
+from .solver_interface import _check_options, _check_state, _check_terms, _read_state
 
 # %% auto #0
 __all__ = ['PROJECTED_FROM', 'EXACT_FROM', 'SolverIPC']
