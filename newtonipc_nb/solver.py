@@ -312,15 +312,16 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
             st.patterns, again = st.patterns + 1, fits      # terms run again only for more contact slots)
             continue
         if not fits: continue                       # more active contacts than reserved slots: assemble again
-        if isinstance(failed, NotPositiveDefinite) and self._trial:    # the exact membrane on trial was refused:
+        bad = int(flags[1])         # diagonal entries that are not positive: compression under the exact membrane
+        if self._trial and (bad or isinstance(failed, NotPositiveDefinite)):  # the exact membrane on trial refused:
             self.membrane.hessian, self._trial = self._late, False      # this iteration keeps the rule's form
             self._auto.tried(refused=True)
             continue
-        if int(flags[1]) and self.membrane.hessian == "exact":  # compression left a particle no stiffness of its
-            self.membrane.hessian = "projected"                 # own: this iteration's membrane is assembled projected
+        if bad and self.membrane.hessian == "exact":  # compression left a particle no stiffness of its own: this
+            self.membrane.hessian = "projected"       # iteration's membrane is assembled projected
             continue
         try:
-            self.system.check_diagonal(int(flags[1]))
+            self.system.check_diagonal(bad)
         except LinearSolveError as e:
             raise StepFailure(str(e)) from e
         if failed is not None: raise StepFailure(str(failed)) from failed

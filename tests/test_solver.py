@@ -414,6 +414,35 @@ def test_exact_membrane_on_trial_after_full_steps_and_friction_majorizer_after_c
     assert len(seen) < its_absolute, (len(seen), its_absolute, trials, sum(refusals), len(chances))
 
 
+def test_a_trial_that_leaves_a_diagonal_without_stiffness_is_refused():
+    """An exact trial whose matrix has a diagonal entry that is not positive (compression took a particle's own
+    stiffness; `flags[1]`) is refused like an indefinite one: the iteration is assembled again in the rule's form
+    (absolute values, not the projected fallback of an exact rule) and the rule counts a refusal, so it backs off. The
+    diagonal count is injected into the direction's read on every other trial of a drape."""
+    model, _ = sheet_on_sphere(15)
+    seen, log, injected = [], [], {}        # injected: trial number → whether its read got the bad diagonal
+    solver = SolverIPC(model, observer=lambda i: seen.append((i.iteration, solver.membrane.hessian, solver._trial)))
+    rule = solver._auto
+    rule.form = solver._late = "absolute"
+    tried = rule.tried
+    rule.tried = lambda refused: log.append(refused) or tried(refused)
+    read = solver._reads.read
+
+    def read_with_a_bad_diagonal(*arrays):
+        out = read(*arrays)
+        if solver._trial and len(arrays) > 1 and arrays[1] is solver.system.flags:
+            if injected.setdefault(len(log), len(log) % 2 == 0): out[1][1] = 1.0
+        return out
+    solver._reads.read = read_with_a_bad_diagonal
+    a, b = model.state(), model.state()
+    for _ in range(30):
+        solver.step(a, b, None, None, 1 / 240)
+        a, b = b, a
+    assert sum(injected.values()) > 0 and all(log[k] for k, bad in injected.items() if bad), (log, injected)
+    assert sum(log[k] for k, bad in injected.items() if not bad) <= solver.linear.stats["indefinite"]
+    assert all((form, trial) in (("exact", True), ("absolute", False)) for it, form, trial in seen if it >= EXACT_FROM)
+
+
 def test_fp32_check_covers_every_candidate_within_dhat():
     """The end-of-step FP32 rounding check runs over the candidates within d̂ at the rounded positions
     (`barrier.near(x, 0)`), not every candidate: on a sheet draped over a sphere, after each step every candidate whose
