@@ -28,9 +28,10 @@ class PatternIncomplete(LinearSolveError):
     "A block was scattered outside the pattern: the pattern must grow (`NewtonSystem.settle`) before a factorisation."
 
 # %% auto #0
-__all__ = ['REUSE_CG', 'CG_DIGITS', 'LINEAR_SOLVERS', 'SHIFT_MIN', 'SHIFT_MAX', 'LinearSolveError', 'NotPositiveDefinite',
-           'PatternIncomplete', 'NewtonSystem', 'ScalarCSR', 'LinearSolver', 'PardisoSolver', 'CholespySolver',
-           'DenseSolver', 'PCGSolver', 'make_linear_solver', 'system_from_bsr', 'solve_linear', 'factorise_shifted']
+__all__ = ['MKL_CBWR_AUTO', 'REUSE_CG', 'CG_DIGITS', 'LINEAR_SOLVERS', 'SHIFT_MIN', 'SHIFT_MAX', 'LinearSolveError',
+           'NotPositiveDefinite', 'PatternIncomplete', 'NewtonSystem', 'ScalarCSR', 'LinearSolver', 'pardiso_handle',
+           'PardisoSolver', 'CholespySolver', 'DenseSolver', 'PCGSolver', 'make_linear_solver', 'system_from_bsr',
+           'solve_linear', 'factorise_shifted']
 
 # %% ../nbs/09_linear.ipynb #28ba7bc0
 @wp.func
@@ -342,6 +343,21 @@ def _check_solution(x: np.ndarray, name: str):
     if not np.isfinite(x).all():
         raise LinearSolveError(f"{name}: the solution is not finite (the matrix is not positive definite)")
 
+# %% ../nbs/09_linear.ipynb #f9f0dabf
+MKL_CBWR_AUTO = 1          # mkl_cbwr.h: reproducible results on this CPU's best instruction set
+
+def pardiso_handle(pypardiso):
+    "A pypardiso handle for a real SPD matrix in upper CSR: MKL's defaults without iterative refinement (see above)."
+    ps = pypardiso.PyPardisoSolver(mtype=2)
+    mkl = ps.libmkl
+    if "MKL_CBWR" not in os.environ: mkl.MKL_CBWR_Set(ctypes.c_int(MKL_CBWR_AUTO))   # before MKL's first call
+    mkl.pardisoinit(ps.pt.ctypes.data_as(ctypes.c_void_p), ctypes.byref(ctypes.c_int32(2)),
+                    ps.iparm.ctypes.data_as(ctypes.c_void_p))
+    ps.iparm[7] = 0        # no refinement steps: the factor alone solves these systems to ~1e-13
+    # pypardiso searches the whole environment for MKL (~0.3 s) unless told where it is: tell the next solvers
+    os.environ.setdefault("PYPARDISO_MKL_RT", mkl._name)
+    return ps
+
 # %% ../nbs/09_linear.ipynb #91c140dc
 REUSE_CG, CG_DIGITS = 8, 8     # PardisoSolver: CG on the kept factor while it takes ≤ REUSE_CG iterations, to 1e-8
 
@@ -370,10 +386,7 @@ class PardisoSolver(LinearSolver):
         if str(system.device) != "cpu": raise LinearSolveError("pardiso runs on the CPU only; use 'cholespy' or "
                                                                "'pcg' on CUDA")
         if self._ps is None:
-            self._ps = self._pypardiso.PyPardisoSolver(mtype=2)          # real symmetric positive definite, upper CSR
-            # pypardiso searches the whole environment for MKL (~0.3 s) unless told where it is: tell the next solvers
-            os.environ.setdefault("PYPARDISO_MKL_RT", self._ps.libmkl._name)
-            self._ps.set_iparm(12, 0)
+            self._ps = pardiso_handle(self._pypardiso)
         elif self._n:
             self._run(-1)                                   # release the old pattern's factors
             self._n = 0

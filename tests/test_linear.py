@@ -124,3 +124,22 @@ def test_indefinite_systems_are_refused(name):
     with pytest.raises(NotPositiveDefinite):
         solver.prepare(ns)
         solver.solve(ns, wp.zeros(2, dtype=wp.vec3d))
+
+
+def test_pardiso_solves_from_its_factor_alone():
+    """PARDISO runs with MKL's defaults for an SPD matrix but no iterative refinement (`pardiso_handle`): a solve
+    performs no refinement step (MKL's default performs two on every solve) and still meets the factor's accuracy."""
+    n = 40
+    ns = NewtonSystem(n, wp.zeros(n, dtype=wp.int32))
+    chain = [(i, i) for i in range(n)] + [(i, i + 1) for i in range(n - 1)] + [(i + 1, i) for i in range(n - 1)]
+    b = blocks(chain, scale=1e6)
+    ns.assemble(b, len(chain))
+    ns.grad.assign(np.random.default_rng(0).normal(size=(n, 3)))
+    ns.finish()
+    solver = PardisoSolver()
+    solver.prepare(ns)
+    z = wp.zeros(n, dtype=wp.vec3d)
+    solver.solve(ns, z)
+    assert solver._ps.iparm[7] == 0 and solver._ps.iparm[6] == 0        # refinement steps: allowed, performed
+    A, rhs = dense(ns), ns.rhs.numpy().reshape(-1)
+    assert np.linalg.norm(A @ z.numpy().reshape(-1) - rhs) <= 1e-13 * np.linalg.norm(rhs)
