@@ -344,7 +344,7 @@ def _check_solution(x: np.ndarray, name: str):
         raise LinearSolveError(f"{name}: the solution is not finite (the matrix is not positive definite)")
 
 # %% ../nbs/09_linear.ipynb #f9f0dabf
-MKL_CBWR_AUTO = 1          # mkl_cbwr.h: reproducible results on this CPU's best instruction set
+MKL_CBWR_AUTO = 2          # mkl_cbwr.h (1 is MKL_CBWR_BRANCH_OFF): reproducible on this CPU's best instruction set
 
 def pardiso_handle(pypardiso):
     "A pypardiso handle for a real SPD matrix in upper CSR: MKL's defaults without iterative refinement (see above)."

@@ -1,11 +1,14 @@
 """The Newton system's kept pattern and the linear solvers as objects: growth, shrinking, hints, and solver options."""
+import ctypes
+import os
+
 import numpy as np
 import pytest
 import warp as wp
 
 from newtonipc_nb.terms import HessianBlocks
-from newtonipc_nb.linear import (LINEAR_SOLVERS, NewtonSystem, NotPositiveDefinite, PardisoSolver, PatternIncomplete,
-                                 make_linear_solver)
+from newtonipc_nb.linear import (LINEAR_SOLVERS, MKL_CBWR_AUTO, NewtonSystem, NotPositiveDefinite, PardisoSolver,
+                                 PatternIncomplete, make_linear_solver)
 from newtonipc_nb.solver import SolverIPC
 from newtonipc_nb.scenes.reference import hinge_scene
 
@@ -141,5 +144,7 @@ def test_pardiso_solves_from_its_factor_alone():
     z = wp.zeros(n, dtype=wp.vec3d)
     solver.solve(ns, z)
     assert solver._ps.iparm[7] == 0 and solver._ps.iparm[6] == 0        # refinement steps: allowed, performed
+    # MKL's reductions in a fixed order (conditional numerical reproducibility, AUTO) unless the environment chooses
+    assert "MKL_CBWR" in os.environ or solver._ps.libmkl.MKL_CBWR_Get(ctypes.c_int(-1)) == MKL_CBWR_AUTO
     A, rhs = dense(ns), ns.rhs.numpy().reshape(-1)
     assert np.linalg.norm(A @ z.numpy().reshape(-1) - rhs) <= 1e-13 * np.linalg.norm(rhs)
