@@ -350,7 +350,8 @@ def pardiso_handle(pypardiso):
     "A pypardiso handle for a real SPD matrix in upper CSR: MKL's defaults without iterative refinement (see above)."
     ps = pypardiso.PyPardisoSolver(mtype=2)
     mkl = ps.libmkl
-    if "MKL_CBWR" not in os.environ: mkl.MKL_CBWR_Set(ctypes.c_int(MKL_CBWR_AUTO))   # before MKL's first call
+    # the mode is the process's: it takes only before MKL's first call (the first handle); later it stays as it is
+    if "MKL_CBWR" not in os.environ: mkl.MKL_CBWR_Set(ctypes.c_int(MKL_CBWR_AUTO))
     mkl.pardisoinit(ps.pt.ctypes.data_as(ctypes.c_void_p), ctypes.byref(ctypes.c_int32(2)),
                     ps.iparm.ctypes.data_as(ctypes.c_void_p))
     ps.iparm[7] = 0        # no refinement steps: the factor alone solves these systems to ~1e-13
