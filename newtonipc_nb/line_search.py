@@ -89,3 +89,39 @@ class LineSearch:
                 alpha *= 0.5
             left, values = left - k, None
         return self.trials, None
+
+# %% ../nbs/09b_line_search.ipynb #5fb04786
+_GROW, _PAD = 1.0 + 1e-9, 1e-12           # reach = 2 max‖Δxᵢ‖ · _GROW + _PAD: rounding never shrinks the near set
+
+@wp.kernel
+def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.float64)):
+    "out[0] += ∇Φ·Δx (the slope), out[1] = max |Δx| over all components, out[2] = max ‖Δxᵢ‖ over particles."
+    i = wp.tid()
+    d = dx[i]
+    wp.atomic_add(out, 0, wp.dot(g[i], d))
+    wp.atomic_max(out, 1, wp.max(wp.max(wp.abs(d[0]), wp.abs(d[1])), wp.abs(d[2])))
+    wp.atomic_max(out, 2, wp.length(d))
+
+@wp.func
+def _shortening(norms: wp.array(dtype=wp.float64), radius: wp.float64) -> wp.float64:
+    "min(1, r / max‖Δxᵢ‖): 1 for a direction within the radius (a zero one too: r / 0 is inf)."
+    return wp.min(wp.float64(1.0), radius / norms[2])
+
+@wp.kernel
+def _shorten(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), norms: wp.array(dtype=wp.float64),
+             radius: wp.float64, out: wp.array(dtype=wp.vec3d)):
+    "Δx shortened to a longest move ≤ `radius` (`_shortening` of its norms) and out = x + Δx."
+    i = wp.tid()
+    d = _shortening(norms, radius) * dx[i]
+    dx[i] = d
+    out[i] = x[i] + d
+
+@wp.kernel
+def _reach(norms: wp.array(dtype=wp.float64), radius: wp.float64, grow: wp.float64, pad: wp.float64,
+           out: wp.array(dtype=wp.float64)):
+    """After `_shorten`: the slope and longest move in `norms` scaled as Δx was, and out[0] = 2 norms[2] · grow + pad,
+    the same operations in the same order as `2.0 * max_move * _GROW + _PAD`."""
+    s = _shortening(norms, radius)
+    norms[0] = s * norms[0]
+    norms[2] = s * norms[2]
+    out[0] = wp.float64(2.0) * norms[2] * grow + pad

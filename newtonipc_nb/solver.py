@@ -27,7 +27,7 @@ from .intersections import count_intersections
 from .friction import FrictionTerm
 from .linear import (
     LinearSolveError, NewtonSystem, NotPositiveDefinite, factorise_shifted, make_linear_solver)
-from .line_search import LineSearch, _axpy
+from .line_search import LineSearch, _GROW, _PAD, _axpy, _direction_norms, _reach, _shorten
 from .rest_contacts import check_rest_contacts
 from .solver_interface import MIN_DT, IterationInfo, SolverError, StepFailure, StepStats, _Timer
 from .solver_interface import _check_options, _check_state, _check_terms, _read_state
@@ -36,43 +36,29 @@ from .solver_interface import _check_options, _check_state, _check_terms, _read_
 __all__ = ['PROJECTED_FROM', 'EXACT_FROM', 'SolverIPC']
 
 # %% ../nbs/10_solver.ipynb #9dc52d9c
-@wp.kernel
-def _direction_norms(g: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.float64)):
-    "out[0] += ∇Φ·Δx (the slope), out[1] = max |Δx| over all components, out[2] = max ‖Δxᵢ‖ over particles."
-    i = wp.tid()
-    d = dx[i]
-    wp.atomic_add(out, 0, wp.dot(g[i], d))
-    wp.atomic_max(out, 1, wp.max(wp.max(wp.abs(d[0]), wp.abs(d[1])), wp.abs(d[2])))
-    wp.atomic_max(out, 2, wp.length(d))
-
-_GROW, _PAD = 1.0 + 1e-9, 1e-12           # reach = 2 max‖Δxᵢ‖ · _GROW + _PAD: rounding never shrinks the near set
 PROJECTED_FROM = 2     # barrier_hessian="switching": a step's iterations from this one on use projected Hessians
 EXACT_FROM = 3         # membrane_hessian "exact" or "absolute": a step's iterations from this one on use that form
-
-@wp.kernel
-def _reach(norms: wp.array(dtype=wp.float64), grow: wp.float64, pad: wp.float64, out: wp.array(dtype=wp.float64)):
-    "out[0] = 2 norms[2] · grow + pad, the same operations in the same order as `2.0 * max_move * _GROW + _PAD`."
-    out[0] = wp.float64(2.0) * norms[2] * grow + pad
 
 # %% ../nbs/10_solver.ipynb #1f9345a7
 class SolverIPC(newton.solvers.SolverBase):
     """Incremental Potential Contact for thin films with sphere contents.
 
     Keyword-only options (defaults in brackets): `membrane` ["stvk"] or "neohookean"; `dhat` [1.0e-3 m] barrier
-    activation distance; `min_gap` [3.0e-5 m]; `kappa` [1000 N/m] barrier stiffness; `friction` [0.35] coefficient
-    μ; `max_iterations` [150] Newton iterations per step; `tolerance` [1.2e-5 m] on max|Δx|; `line_search_trials`
-    [48]; `line_search_batch` [None: 1 on the CPU, 4 on CUDA] trials per host read (`LineSearch`);
-    `max_subdivisions` [7] levels of halving dt on failure; `step_bound` ["accd"] or "normal" (the reference
-    implementation's); `linear_solver` ["auto": pardiso on the CPU, cholespy on CUDA], a name ("pardiso", "cholespy"
-    or "cholesky", "dense", "pcg") or a `LinearSolver`; `drag` [0.0 1/s] drag coefficient c of the force −c·m·v on
-    film particles; `skin` [1.5e-3 m] candidate reuse distance; `sphere_particles` [None: particles on no triangle]
-    sphere centres; `observer` [None] a callable that receives an `IterationInfo` after every Newton iteration;
-    `terms` [()] extra `EnergyTerm`s added to Φ; `rest_contacts` ["refuse"] or "allow": a model whose rest shape
-    holds film–film pairs inside `dhat` (a sheet that would lock) is refused, naming a `dhat` that works, unless
-    "allow"; `barrier_hessian` ["switching": Gauss–Newton blocks, projected from iteration `PROJECTED_FROM`],
-    "gauss-newton" or "projected" (`BarrierTerm`); `membrane_hessian` ["auto": "exact" from iteration `EXACT_FROM`,
-    until `MembraneHessianRule` says "absolute", then exact on trial after a full step], "exact", "absolute" or
-    "projected".
+    activation distance; `min_gap` [3.0e-5 m]; `kappa` [1000 N/m] barrier stiffness; `friction` [0.35] coefficient μ;
+    `max_iterations` [150] Newton iterations per step; `tolerance` [1.2e-5 m] on max|Δx|; `line_search_trials` [48];
+    `line_search_batch` [None: 1 on the CPU, 4 on CUDA] trials per host read (`LineSearch`); `max_subdivisions` [7]
+    levels of halving dt on failure; `step_bound` ["accd"] or "normal" (the reference implementation's); `linear_solver`
+    ["auto": pardiso on the CPU, cholespy on CUDA], a name ("pardiso", "cholespy" or "cholesky", "dense", "pcg") or a
+    `LinearSolver`; `drag` [0.0 1/s] drag coefficient c of the force −c·m·v on film particles; `skin` [1.5e-3 m]
+    candidate reuse distance; `max_move` [1.0e-2 m] a trust radius: longer Newton directions are shortened so that no
+    particle moves further in one iteration (at least twice the step's longest inertial move; `math.inf`: off);
+    `sphere_particles` [None: particles on no triangle] sphere centres; `observer` [None] a callable that receives an
+    `IterationInfo` after every Newton iteration; `terms` [()] extra `EnergyTerm`s added to Φ; `rest_contacts`
+    ["refuse"] or "allow": a model whose rest shape holds film–film pairs inside `dhat` (a sheet that would lock) is
+    refused, naming a `dhat` that works, unless "allow"; `barrier_hessian` ["switching": Gauss–Newton blocks, projected
+    from iteration `PROJECTED_FROM`], "gauss-newton" or "projected" (`BarrierTerm`); `membrane_hessian` ["auto": "exact"
+    from iteration `EXACT_FROM`, until `MembraneHessianRule` says "absolute", then exact on trial after a full step],
+    "exact", "absolute" or "projected".
 
     The model's collision shapes (`model.shape_*`) are obstacles, posed from `state_in.body_q` at every step;
     particles with mass 0 or without the ACTIVE flag, and every body, are moved by the caller between steps.
@@ -81,12 +67,12 @@ class SolverIPC(newton.solvers.SolverBase):
                  kappa: float = 1000.0, friction: float = 0.35, max_iterations: int = 150, tolerance: float = 1.2e-5,
                  line_search_trials: int = 48, line_search_batch: int | None = None, max_subdivisions: int = 7,
                  step_bound: str = "accd", linear_solver="auto", drag: float = 0.0, skin: float = 1.5e-3,
-                 sphere_particles=None, observer=None, terms=(), rest_contacts: str = "refuse",
-                 barrier_hessian: str = "switching", membrane_hessian: str = "auto"):
+                 max_move: float = 1.0e-2, sphere_particles=None, observer=None, terms=(),
+                 rest_contacts: str = "refuse", barrier_hessian: str = "switching", membrane_hessian: str = "auto"):
         super().__init__(model)
         _check_options(membrane=membrane, step_bound=step_bound, rest_contacts=rest_contacts,
                        barrier_hessian=barrier_hessian, dhat=dhat, kappa=kappa, tolerance=tolerance, min_gap=min_gap,
-                       friction=friction, drag=drag, skin=skin, max_iterations=max_iterations,
+                       friction=friction, drag=drag, skin=skin, max_move=max_move, max_iterations=max_iterations,
                        line_search_trials=line_search_trials, max_subdivisions=max_subdivisions, observer=observer,
                        line_search_batch=line_search_batch, membrane_hessian=membrane_hessian)
         extra = _check_terms(terms)
@@ -101,21 +87,21 @@ class SolverIPC(newton.solvers.SolverBase):
         self.options = dict(membrane=membrane, membrane_hessian=membrane_hessian, dhat=dhat, min_gap=min_gap,
                             kappa=kappa, friction=friction, max_iterations=int(max_iterations), tolerance=tolerance,
                             step_bound=step_bound, line_search_trials=int(line_search_trials), drag=drag, skin=skin,
-                            max_subdivisions=int(max_subdivisions), linear_solver=self.linear.name,
+                            max_move=float(max_move), max_subdivisions=int(max_subdivisions),
                             line_search_batch=int(line_search_batch or (4 if wp.get_device(d).is_cuda else 1)),
-                            barrier_hessian=barrier_hessian)
+                            barrier_hessian=barrier_hessian, linear_solver=self.linear.name)
         self._build_terms(membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound)
         self.user_terms = extra
         self._allocate()
         self._kept, self._open = self._keep(), False
 
-    @property
-    def terms(self) -> list[EnergyTerm]:
-        "Every term of Φ, in the order they are assembled: Φ is their sum."
-        return [self.inertia, self._drag, self.membrane, self.bending, self.barrier, self.friction, self.supports,
-                self.tie, *self.user_terms]
-
 # %% ../nbs/10_solver.ipynb #b34521e8
+@patch(as_prop=True)
+def terms(self: SolverIPC) -> list[EnergyTerm]:
+    "Every term of Φ, in the order they are assembled: Φ is their sum."
+    return [self.inertia, self._drag, self.membrane, self.bending, self.barrier, self.friction, self.supports, self.tie,
+            *self.user_terms]
+
 @patch
 def _build_terms(self: SolverIPC, membrane, dhat, min_gap, kappa, friction, skin, barrier_hessian, step_bound):
     "The terms of Φ, the candidate search the barrier and friction share, and the step bound of the line search."
@@ -176,10 +162,12 @@ def clear_tie(self: SolverIPC): self.tie.clear()
 # %% ../nbs/10_solver.ipynb #bf039458
 @patch
 def _predict(self: SolverIPC, x0: np.ndarray, v0: np.ndarray, f: np.ndarray, dt: float):
-    "Set the inertia term's targets y = x0 + dt v0 + dt² (g + f/m) and stiffnesses m/dt², and the drag about x0."
+    """Set the inertia term's targets y = x0 + dt v0 + dt² (g + f/m) and stiffnesses m/dt², the drag about x0, and the
+    step's trust radius: `max_move`, or twice the longest inertial move max‖y − x0‖ if that is longer."""
     free, m = self._free, self._mass
     y = x0 + dt * v0
     y[free] += dt * dt * (self.ipc.gravity + f[free] / m[free, None])
+    self._radius = max(self.options["max_move"], 2.0 * float(np.linalg.norm(y[free] - x0[free], axis=1).max(initial=0)))
     self.inertia.predict(free, y[free], m[free], dt)
     if self.options["drag"] > 0 and len(self._film):
         self._drag.set(self._film, x0[self._film], self.options["drag"] * m[self._film] / dt)
@@ -271,8 +259,9 @@ def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats, again: bool =
         self._norms.zero_()
         wp.launch(_direction_norms, dim=len(x), inputs=[self.system.grad, self._dx, self._norms], device=self.device)
     with _Timer(st.times, "candidates"):
-        wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=self.device)
-        wp.launch(_reach, dim=1, inputs=[self._norms, _GROW, _PAD, self._reach], device=self.device)
+        r = wp.float64(self._radius)                     # the step's trust radius on the motion (`_predict`)
+        wp.launch(_shorten, dim=len(x), inputs=[x, self._dx, self._norms, r, self._xt], device=self.device)
+        wp.launch(_reach, dim=1, inputs=[self._norms, r, _GROW, _PAD, self._reach], device=self.device)
         self._outside = self.search.covers_launch(x, self._xt)
         if self._outside is not None:
             self._near = self.barrier.near_launch(x, self._reach, self._near, flag=self._outside)

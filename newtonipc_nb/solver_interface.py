@@ -86,7 +86,7 @@ class _Timer:
 # %% ../nbs/09a_solver_interface.ipynb #6dc5876b
 def _check_options(*, membrane, step_bound, rest_contacts, barrier_hessian, dhat, kappa, tolerance, min_gap, friction,
                    drag, skin, max_iterations, line_search_trials, max_subdivisions, observer, line_search_batch=None,
-                   membrane_hessian="auto"):
+                   membrane_hessian="auto", max_move=1.0e-2):
     "SolverIPC's options, each checked before anything is built: a `ValueError` naming the option and its rule."
     fn, integer = "SolverIPC", numbers.Integral
     choice(membrane, "option membrane", ("stvk", "neohookean"), fn=fn)
@@ -98,6 +98,7 @@ def _check_options(*, membrane, step_bound, rest_contacts, barrier_hessian, dhat
     for name, v in (("min_gap", min_gap), ("friction", friction), ("drag", drag), ("skin", skin)):
         non_negative(v, f"option {name}", fn=fn)
     option(min_gap, "option min_gap", fn=fn, ok=lambda v: v < dhat, rule=f"smaller than dhat = {dhat}")
+    option(max_move, "option max_move", fn=fn, ok=lambda v: v > 0, rule="a number > 0 (math.inf: never shortened)")
     for name, v in (("max_iterations", max_iterations), ("line_search_trials", line_search_trials)):
         option(v, f"option {name}", fn=fn, kind=integer, ok=lambda v: v >= 1, rule="an integer ≥ 1")
     option(max_subdivisions, "option max_subdivisions", fn=fn, kind=integer, ok=lambda v: 0 <= v <= 30,

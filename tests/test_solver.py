@@ -210,12 +210,34 @@ def test_nothing_to_move_is_a_converged_step():
         assert solver.last_stats.subdivisions == 0 and solver.last_stats.newton_iterations == 1
 
 
+def test_long_directions_are_shortened_to_max_move():
+    """A particle at rest pulled 5 cm by a stiff support: Newton's first direction goes almost the whole way. With
+    `max_move` = 1 cm every direction is cut to 1 cm, the particle takes more iterations, and it ends where the uncut
+    solve ends."""
+    b = newton.ModelBuilder(gravity=(0.0, 0.0, 0.0))
+    b.add_particle(wp.vec3(0.0, 0.0, 0.1), wp.vec3(0.0, 0.0, 0.0), mass=1.0, radius=0.01)
+    model = b.finalize(device="cpu")
+    ends, moves = {}, {}
+    for radius in (math.inf, 1e-2):
+        seen = []
+        solver = SolverIPC(model, max_move=radius,
+                           observer=lambda info: seen.append(np.linalg.norm(info.dx.numpy(), axis=1).max()))
+        solver.set_supports([0], [[0.05, 0.0, 0.1]], 1e7)
+        s1 = model.state()
+        solver.step(model.state(), s1, None, None, 1 / 240)
+        ends[radius], moves[radius] = s1.particle_q.numpy()[0], seen
+    assert moves[math.inf][0] > 0.049 and len(moves[math.inf]) <= 3
+    assert max(moves[1e-2]) <= 1e-2 * (1 + 1e-12) and len(moves[1e-2]) >= 5
+    np.testing.assert_allclose(ends[1e-2], ends[math.inf], atol=2e-5)
+
+
 @pytest.mark.parametrize("option, value", [("max_iterations", 0), ("line_search_trials", 0), ("max_subdivisions", -1),
                                            ("tolerance", 0.0), ("dhat", float("nan")), ("kappa", -1.0),
                                            ("friction", -0.1), ("min_gap", 2e-3), ("skin", float("inf")),
                                            ("membrane", "linear"), ("step_bound", "exact"), ("linear_solver", "lu"),
                                            ("max_iterations", 2.5), ("observer", 3), ("barrier_hessian", "exact"),
-                                           ("line_search_batch", 0), ("line_search_batch", 2.0)])
+                                           ("line_search_batch", 0), ("line_search_batch", 2.0), ("max_move", 0.0),
+                                           ("max_move", float("nan"))])
 def test_bad_options_are_refused_at_construction(option, value):
     model, _ = hinge_scene("vt")
     with pytest.raises(ValueError, match=option):
