@@ -119,9 +119,10 @@ def _shorten(x: wp.array(dtype=wp.vec3d), dx: wp.array(dtype=wp.vec3d), norms: w
 @wp.kernel
 def _reach(norms: wp.array(dtype=wp.float64), radius: wp.float64, grow: wp.float64, pad: wp.float64,
            out: wp.array(dtype=wp.float64)):
-    """After `_shorten`: the slope and longest move in `norms` scaled as Δx was, and out[0] = 2 norms[2] · grow + pad,
-    the same operations in the same order as `2.0 * max_move * _GROW + _PAD`."""
+    """After `_shorten`: the slope and longest move in `norms` scaled as Δx was, the factor into norms[3], and
+    out[0] = 2 norms[2] · grow + pad, the same operations in the same order as `2.0 * longest * _GROW + _PAD`."""
     s = _shortening(norms, radius)
     norms[0] = s * norms[0]
     norms[2] = s * norms[2]
+    norms[3] = s
     out[0] = wp.float64(2.0) * norms[2] * grow + pad

@@ -136,7 +136,7 @@ def _allocate(self: SolverIPC):
     o = self.options
     self._ls = LineSearch(n, batch=o["line_search_batch"], trials=o["line_search_trials"], step_bound=o["step_bound"],
                           device=d)
-    self._phi_acc, self._norms = wp.zeros(1, dtype=wp.float64, device=d), wp.zeros(3, dtype=wp.float64, device=d)
+    self._phi_acc, self._norms = wp.zeros(1, dtype=wp.float64, device=d), wp.zeros(4, dtype=wp.float64, device=d)
     self._reach, self._reads = wp.zeros(1, dtype=wp.float64, device=d), ScalarReads(d)
     self._near, self._outside, self._from_guess = None, None, False
     self.last_stats, self._last_out = None, None        # the last step's `StepStats`, and the positions it output
@@ -241,8 +241,9 @@ def _assemble(self: SolverIPC, x: wp.array, again: bool = False):
 
 @patch
 def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats, again: bool = False) -> LinearSolveError | None:
-    """Assemble (`again`: see `_assemble`), factorise and solve into self._dx, then launch its norms, x + Δx into
-    self._xt, whether the candidates cover that motion and its near set; nothing is read. A failed factorisation or
+    """Assemble (`again`: see `_assemble`), factorise and solve into self._dx, then launch its norms, its shortening
+    to the step's trust radius, x + Δx into self._xt, whether the candidates cover that motion and its near set;
+    nothing is read. A failed factorisation or
     solve is returned, not raised."""
     with _Timer(st.times, "assembly"):
         self._assemble(x, again)
@@ -285,10 +286,11 @@ def _launch_first_batch(self: SolverIPC, x: wp.array, st: StepStats):
 
 # %% ../nbs/10_solver.ipynb #2f5e9b1d
 @patch
-def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, float, float]:
-    """The Newton direction Δx into `self._dx`, x + Δx into `self._xt` and the near set of that motion into
-    `self._near` (unless the candidates must be rebuilt first: `self._outside` None or `barrier.flag` set); returns
-    (∇Φ·Δx, max|Δx| over components, max ‖Δxᵢ‖ over particles) from one host read."""
+def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, float, float, float]:
+    """The Newton direction Δx, shortened to the trust radius, into `self._dx`, x + Δx into `self._xt` and the near
+    set of that motion into `self._near` (unless the candidates must be rebuilt first: `self._outside` None or
+    `barrier.flag` set); returns (∇Φ·Δx, max|Δx| over components of the Newton step, max ‖Δxᵢ‖ over particles, the
+    shortening factor ≤ 1) from one host read."""
     again = False
     for _ in range(4):
         failed = self._launch_direction(x, st, again)
@@ -314,14 +316,14 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
         except LinearSolveError as e:
             raise StepFailure(str(e)) from e
         if failed is not None: raise StepFailure(str(failed)) from failed
-        slope, max_dx, max_move = (float(v) for v in norms)
+        slope, max_dx, longest, shortening = (float(v) for v in norms)
         if not (math.isfinite(slope) and math.isfinite(max_dx)):
             raise StepFailure("non-finite Newton direction")
         if self._outside is not None: self.barrier.settle_near(self._near, near)
         self._ls.first = first[0] if first else None
         if self._auto and self.membrane.hessian == "exact": self._late = self._auto.record(self.system.tau > 0)
         if self._trial: self._auto.tried(refused=False)
-        return slope, max_dx, max_move
+        return slope, max_dx, longest, shortening
     raise AssertionError("four assemblies at one iterate: a block still outside the grown pattern, more active "
                          "contacts than slots for every candidate, a refused trial, or a bad diagonal with the "
                          "projected membrane")
@@ -360,7 +362,7 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
     # after a cut step, friction's majorizing blocks: a contact driven back through its kink cannot overshoot again
     self.friction.hessian = "majorizer" if it > 0 and not self._full else "exact"
     self.membrane.hessian, self._ls.extend = (late, self._ls.extend) if it >= EXACT_FROM else ("projected", 1.0)
-    slope, max_dx, max_move = self._direction(x, st)
+    slope, max_dx, longest, shortening = self._direction(x, st)
     max_dx /= self._ls.extend                     # convergence is judged on the Newton step itself
     st.newton_iterations, st.extended, st.shifted = (st.newton_iterations + 1, st.extended + (self._ls.extend > 1),
                                                      st.shifted + (self.system.tau > 0))
@@ -374,7 +376,7 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
             # their near set came back with the direction, unless the candidate set no longer covers the motion
             if self._outside is None or self.barrier.flag:
                 self.search.build(x, self._xt)
-                self._near = self.barrier.near(x, 2.0 * max_move * _GROW + _PAD, self._near)
+                self._near = self.barrier.near(x, 2.0 * longest * _GROW + _PAD, self._near)
                 self._ls.first = None           # the first batch ran over the old set's near candidates
             else:
                 self.search.stats["reuses"] += 1
@@ -392,7 +394,10 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
                 (alpha, phi_t), done = found, converged
                 st.alphas.append(alpha)
                 st.energies.append(phi_t)
-    self._full = alpha == 1.0
+    # a full step along a shortened direction is not a Newton step: it neither extends the next direction nor says the
+    # iterate is near its minimiser (the exact membrane's trial)
+    self._full = alpha == 1.0 and shortening == 1.0
+    if shortening < 1.0: self._ls.extend = 1.0
     if self.observer is not None:
         self.observer(IterationInfo(dt, it, self.system, self._dx, max_dx, slope, alpha, phi_t,
                                     dict(self.linear.stats)))

@@ -66,8 +66,10 @@ class StepStats:
 @dataclass
 class IterationInfo:
     """What an `observer` receives after each Newton iteration. `system` holds the assembled, equilibrated system
-    (gradient, D H D, D) and `dx` the direction; both are reused by the next iteration, so copy what you keep.
-    `alpha` is the step taken (0: none, the iteration only confirmed convergence) and `energy` Φ after it."""
+    (gradient, D H D, D) and `dx` the direction; both are reused by the next iteration, so copy what you keep. `dx`
+    and `slope` are the direction as searched, shortened to the step's trust radius (`max_move`) where it was longer;
+    `max_dx` is the Newton step's (the convergence test's). `alpha` is the step taken (0: none, the iteration only
+    confirmed convergence) and `energy` Φ after it."""
     dt: float
     iteration: int
     system: NewtonSystem

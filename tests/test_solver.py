@@ -210,25 +210,39 @@ def test_nothing_to_move_is_a_converged_step():
         assert solver.last_stats.subdivisions == 0 and solver.last_stats.newton_iterations == 1
 
 
-def test_long_directions_are_shortened_to_max_move():
-    """A particle at rest pulled 5 cm by a stiff support: Newton's first direction goes almost the whole way. With
-    `max_move` = 1 cm every direction is cut to 1 cm, the particle takes more iterations, and it ends where the uncut
-    solve ends."""
+def pulled_particle(target, max_move, v0=(0.0, 0.0, 0.0)):
+    """A 1 kg particle at (0, 0, 0.1) with velocity `v0`, no gravity, pulled towards `target` by a stiff support: one
+    step of 1/240 s. Returns (end position, each direction's longest move, the step's statistics)."""
     b = newton.ModelBuilder(gravity=(0.0, 0.0, 0.0))
-    b.add_particle(wp.vec3(0.0, 0.0, 0.1), wp.vec3(0.0, 0.0, 0.0), mass=1.0, radius=0.01)
+    b.add_particle(wp.vec3(0.0, 0.0, 0.1), wp.vec3(*v0), mass=1.0, radius=0.01)
     model = b.finalize(device="cpu")
-    ends, moves = {}, {}
-    for radius in (math.inf, 1e-2):
-        seen = []
-        solver = SolverIPC(model, max_move=radius,
-                           observer=lambda info: seen.append(np.linalg.norm(info.dx.numpy(), axis=1).max()))
-        solver.set_supports([0], [[0.05, 0.0, 0.1]], 1e7)
-        s1 = model.state()
-        solver.step(model.state(), s1, None, None, 1 / 240)
-        ends[radius], moves[radius] = s1.particle_q.numpy()[0], seen
-    assert moves[math.inf][0] > 0.049 and len(moves[math.inf]) <= 3
-    assert max(moves[1e-2]) <= 1e-2 * (1 + 1e-12) and len(moves[1e-2]) >= 5
-    np.testing.assert_allclose(ends[1e-2], ends[math.inf], atol=2e-5)
+    seen = []
+    solver = SolverIPC(model, max_move=max_move,
+                       observer=lambda info: seen.append(np.linalg.norm(info.dx.numpy(), axis=1).max()))
+    solver.set_supports([0], [target], 1e7)
+    s1 = model.state()
+    solver.step(model.state(), s1, None, None, 1 / 240)
+    return s1.particle_q.numpy()[0], seen, solver.last_stats
+
+
+def test_long_directions_are_shortened_to_max_move():
+    """Pulled 5 cm (20 cm) from rest, Newton's first direction goes almost the whole way. With `max_move` = 1 cm every
+    direction is at most 1 cm, the particle takes more iterations, it ends where the uncut solve ends, and a full step
+    along a shortened direction never lengthens the next one."""
+    for dx in (0.05, 0.2):
+        end, moves, _ = pulled_particle([dx, 0.0, 0.1], math.inf)
+        end_cut, moves_cut, st = pulled_particle([dx, 0.0, 0.1], 1e-2)
+        assert moves[0] > 0.98 * dx and len(moves) <= 3
+        assert max(moves_cut) <= 1e-2 * (1 + 1e-12) and len(moves_cut) >= 100 * dx
+        assert st.extended == 0
+        np.testing.assert_allclose(end_cut, end, atol=2e-5)
+
+
+def test_the_trust_radius_covers_twice_the_inertial_move():
+    """Moving at 7.2 m/s (3 cm per step) and pulled 5 cm beyond where it is headed: the step's radius is 6 cm, not
+    `max_move` = 1 cm, so the first direction is not cut."""
+    end, moves, _ = pulled_particle([0.08, 0.0, 0.1], 1e-2, v0=(7.2, 0.0, 0.0))
+    assert moves[0] > 0.049 and len(moves) <= 3
 
 
 @pytest.mark.parametrize("option, value", [("max_iterations", 0), ("line_search_trials", 0), ("max_subdivisions", -1),
