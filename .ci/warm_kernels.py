@@ -15,7 +15,8 @@ def warm_kernels(device=None) -> list[str]:
     for info in pkgutil.walk_packages(newtonipc_nb.__path__, "newtonipc_nb."):
         if "._" in info.name: continue
         mod = importlib.import_module(info.name)
-        if any(isinstance(v, wp.Kernel) for v in vars(mod).values()):
+        # a kernel imported from another module (the solver's from the line search) is that module's to load
+        if any(isinstance(v, wp.Kernel) and v.module.name == info.name for v in vars(mod).values()):
             wp.load_module(mod, device=device)
             loaded.append(info.name.removeprefix("newtonipc_nb."))
     return loaded
