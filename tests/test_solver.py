@@ -290,7 +290,7 @@ def sheet_reads(monkeypatch, **options):
     numpy, iteration, reads, rows = wp.array.numpy, SolverIPC._iteration, [0], []
 
     def counted(a):
-        if a.size <= 16:                    # scalars and flags; whole arrays (the linear solve's) are not decisions
+        if a.size <= 32:                    # scalars and flags; whole arrays (the linear solve's) are not decisions
             reads[0] += 1
         return numpy(a)
 
