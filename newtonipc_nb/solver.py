@@ -243,8 +243,7 @@ def _assemble(self: SolverIPC, x: wp.array, again: bool = False):
 def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats, again: bool = False) -> LinearSolveError | None:
     """Assemble (`again`: see `_assemble`), factorise and solve into self._dx, then launch its norms, its shortening
     to the step's trust radius, x + Δx into self._xt, whether the candidates cover that motion and its near set;
-    nothing is read. A failed factorisation or
-    solve is returned, not raised."""
+    nothing is read. A failed factorisation or solve is returned, not raised."""
     with _Timer(st.times, "assembly"):
         self._assemble(x, again)
     self._outside, self._early = None, False
