@@ -41,7 +41,8 @@ EXTEND, LINEAR_FIT = 4.0, 0.9      # after a full step that lowered Φ by ≥ LI
 class LineSearch:
     """Armijo backtracking along Δx from the step bound in `bound`, trials in batches of `batch` (each read once),
     at most `trials`; `step_bound` is the rule that made the bound ("accd" or "normal"). After each search, `extend` is
-    the factor the caller should scale its next direction by (`EXTEND` after a full, nearly linear step, else 1)."""
+    the factor the caller should scale its next direction by (`EXTEND` after a full, nearly linear Newton step, else
+    1)."""
     def __init__(self, n: int, *, batch: int = 1, trials: int = 48, step_bound: str = "accd", device=None):
         d = wp.get_device(device)
         self.batch, self.trials, self.rule, self.device = int(batch), int(trials), step_bound, d
@@ -70,9 +71,11 @@ class LineSearch:
                 alpha *= 0.5
             for t in terms: t.add_energy(xj, self._phi[j])
 
-    def search(self, terms, x: wp.array, dx: wp.array, xt: wp.array, phi: float, slope: float):
+    def search(self, terms, x: wp.array, dx: wp.array, xt: wp.array, phi: float, slope: float, newton: bool = True):
         """(trials made, (α, Φ(x + αΔx)) of the first trial that passes Armijo, stepped into `xt`, or None when none of
-        `trials` does). The first batch's values come from `first` when the caller read them (used up here)."""
+        `trials` does). The first batch's values come from `first` when the caller read them (used up here). `newton`:
+        Δx is the whole Newton step (not shortened to a trust radius), the only kind whose full step can ask for
+        `extend`."""
         alpha, left, values, self.first, self.extend = None, self.trials, self.first, None, 1.0
         while left > 0:
             k = min(self.batch, left)
@@ -84,7 +87,7 @@ class LineSearch:
                 phi_t = float(values[1 + j])
                 if phi_t <= phi + 1e-4 * alpha * slope:
                     if self._x: wp.copy(xt, self._x[j])
-                    if alpha == 1.0 and phi - phi_t >= -LINEAR_FIT * slope: self.extend = EXTEND
+                    if newton and alpha == 1.0 and phi - phi_t >= -LINEAR_FIT * slope: self.extend = EXTEND
                     return self.trials - left + j + 1, (alpha, phi_t)
                 alpha *= 0.5
             left, values = left - k, None

@@ -335,11 +335,12 @@ def _step_bound(self: SolverIPC, cs, x: wp.array, dx: wp.array) -> float:
 
 # %% ../nbs/10_solver.ipynb #66803756
 @patch
-def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, it: int, converged: bool, st: StepStats):
+def _line_search(self: SolverIPC, x: wp.array, phi: float, slope: float, it: int, converged: bool, st: StepStats,
+                 newton: bool = True):
     """Armijo backtracking along self._dx into self._xt from the CCD bound already launched into `self._ls.bound`
-    (`LineSearch`: trials in batches of `line_search_batch`, the first perhaps read with the direction). Returns
-    (α, Φ(x + αΔx)), or None when a converged step is kept."""
-    tried, found = self._ls.search(self.terms, x, self._dx, self._xt, phi, slope)
+    (`LineSearch`: trials in batches of `line_search_batch`, the first perhaps read with the direction; `newton`: Δx
+    is the whole Newton step, not shortened). Returns (α, Φ(x + αΔx)), or None when a converged step is kept."""
+    tried, found = self._ls.search(self.terms, x, self._dx, self._xt, phi, slope, newton)
     st.line_search_trials += tried
     if found is not None or converged: return found      # None: already within tolerance, keep x
     raise StepFailure(f"line search failed after {tried} trials (iteration {it})")
@@ -388,15 +389,14 @@ def _iteration(self: SolverIPC, x: wp.array, phi: float, it: int, dt: float,
             if not converged: raise StepFailure(f"Newton direction is not a descent direction (∇Φ·Δx = {slope:.3e})")
         else:
             with _Timer(st.times, "line_search"):
-                found = self._line_search(x, phi, slope, it, converged, st)
+                found = self._line_search(x, phi, slope, it, converged, st, newton=shortening == 1.0)
             if found is not None:
                 (alpha, phi_t), done = found, converged
                 st.alphas.append(alpha)
                 st.energies.append(phi_t)
-    # a full step along a shortened direction is not a Newton step: it neither extends the next direction nor says the
-    # iterate is near its minimiser (the exact membrane's trial)
+    # a full step along a shortened direction is not a Newton step: it neither extends the next direction (the line
+    # search was told) nor says the iterate is near its minimiser (the exact membrane's trial)
     self._full = alpha == 1.0 and shortening == 1.0
-    if shortening < 1.0: self._ls.extend = 1.0
     if self.observer is not None:
         self.observer(IterationInfo(dt, it, self.system, self._dx, max_dx, slope, alpha, phi_t,
                                     dict(self.linear.stats)))
