@@ -7,10 +7,13 @@ form tried after a full step (`MembraneHessianRule.trial`) is factorised and, if
 and factorised again in absolute values. This script runs the bag (resolution 1 unless `--resolution`; from t = 0,
 or `--resume FILE --resume-at T` for a window, where the rule starts again in the exact form) with an observer and
 counts per phase: Newton iterations, accepted and refused factorisations, iterations with a shifted matrix, trials
-of the exact form and refused trials, pattern analyses, and the run's wall time. Prints the table and writes
-benchmarks/results/factorisations.json (or `--out`).
+of the exact form and refused trials, pattern analyses, and the run's wall time. `--settled` starts the rule in its
+settled form (absolute values, exact on trial), as a whole run at resolution 2 or 4 leaves it, so that a window
+resumed from its state is solved the same way; `--no-trials` never tries the exact form. Prints the table and
+writes benchmarks/results/factorisations.json (or `--out`).
 
     python benchmarks/bench_factorisations.py [--resolution 2] [--until 10.5] [--resume FILE --resume-at T]
+                                              [--settled] [--no-trials]
 """
 import argparse
 import json
@@ -18,7 +21,6 @@ import platform
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 import newtonipc_nb.elastic as elastic_mod
@@ -32,9 +34,10 @@ COUNTS = ("factorisations", "indefinite", "analyses")
 
 class Counter:
     "The observer, plus wrappers of the solver's step (the step count) and of the rule's trial outcome."
-    def __init__(self, k0: int):
+    def __init__(self, k0: int, settled: bool = False, trials: bool = True):
         self.step, self.rows, self.trials = k0, [], []
-        step, tried = solver_mod.SolverIPC.step, elastic_mod.MembraneHessianRule.tried
+        rule = elastic_mod.MembraneHessianRule
+        step, tried, start = solver_mod.SolverIPC.step, rule.tried, rule.__init__
 
         def counted_step(solver, *a, **k):
             self.step += 1
@@ -43,7 +46,12 @@ class Counter:
         def counted_trial(rule, refused):
             self.trials.append((self.step, bool(refused)))
             return tried(rule, refused)
-        solver_mod.SolverIPC.step, elastic_mod.MembraneHessianRule.tried = counted_step, counted_trial
+        def settled_start(r):
+            start(r)
+            r.form = "absolute"
+        solver_mod.SolverIPC.step, rule.tried = counted_step, counted_trial
+        if settled: rule.__init__ = settled_start
+        if not trials: rule.trial = lambda r: False
 
     def __call__(self, info):
         self.rows.append((self.step, info.system.tau > 0, *(info.linear_stats.get(k, 0) for k in COUNTS)))
@@ -72,9 +80,11 @@ def main():
     ap.add_argument("--resume", default=None)
     ap.add_argument("--resume-at", type=float, default=None)
     ap.add_argument("--resolution", type=int, default=1)
+    ap.add_argument("--settled", action="store_true", help="the membrane rule starts settled on absolute values")
+    ap.add_argument("--no-trials", action="store_true", help="never try the exact membrane")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "factorisations.json")
     a = ap.parse_args()
-    counter = Counter(0 if a.resume_at is None else int(round(a.resume_at / DT)))
+    counter = Counter(0 if a.resume_at is None else int(round(a.resume_at / DT)), a.settled, not a.no_trials)
     t = time.perf_counter()
     run_bag(a.until, progress=False, resume=a.resume, resume_at=a.resume_at, observer=counter,
             resolution=a.resolution)
@@ -82,8 +92,10 @@ def main():
     g = counter.table()
     pd.set_option("display.width", 250)
     print(g.to_string())
-    print(f"run wall {wall:.1f} s; refused factorisations per iteration {g.refused['whole run'] / max(1, g.iterations['whole run']):.3f}")
+    total = g.loc["whole run"]
+    print(f"run wall {wall:.1f} s; refused factorisations per iteration {total.refused / max(1, total.iterations):.3f}")
     a.out.write_text(json.dumps(dict(resolution=a.resolution, until=a.until, resume=a.resume, resume_at=a.resume_at,
+                                     settled=a.settled, trials=not a.no_trials,
                                      wall_s=wall, machine=platform.processor() or platform.machine(),
                                      table=g.reset_index().to_dict(orient="list")), indent=1, default=float))
     print(f"wrote {a.out}")
