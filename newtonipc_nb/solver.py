@@ -221,31 +221,34 @@ def _restrict(self: SolverIPC, near) -> None:
 
 # %% ../nbs/10_solver.ipynb #6a005ea2
 @patch
-def _assemble(self: SolverIPC, x: wp.array, again: bool = False):
+def _assemble(self: SolverIPC, x: wp.array, again: bool = False, redo: EnergyTerm | None = None):
     """Gradient and Hessian blocks of every term at x, scattered into `self.system`, then D H D and −D∇Φ; nothing is
-    read (the pattern and diagonal flags come back with the direction). `again`: the last blocks scattered into a
-    pattern that has just grown (the terms are not run again)."""
+    read (the pattern and diagonal flags come back with the direction). `again`: the last blocks scattered again
+    (into a pattern that has just grown), the terms not run, but for `redo`, whose blocks alone are written anew (its
+    Hessian's form changed; its gradient, already summed, did not)."""
     sys = self.system
     if not again:
         for t in self.terms: t.prepare(x)
         sizes = [t.num_blocks() for t in self.terms]
-        self._total = sum(sizes)
+        self._total, self._offsets = sum(sizes), dict(zip(self.terms, np.cumsum([0, *sizes[:-1]]).tolist()))
         if self._total > len(self._blocks):
             self._blocks = HessianBlocks.allocate(int(1.5 * self._total) + 64, device=self.device)
         sys.grad.zero_()
-        for t, s, off in zip(self.terms, sizes, np.cumsum([0, *sizes])):
-            t.accumulate(x, sys.grad, self._blocks, int(off))
+        for t in self.terms: t.accumulate(x, sys.grad, self._blocks, self._offsets[t])
+    elif redo is not None:      # its gradient goes to `_z`, which the solve overwrites
+        redo.accumulate(x, self._z, self._blocks, self._offsets[redo])
     sys.scatter(self._blocks, self._total)
     sys.finish(check=False)
     sys.definite = all(t.psd for t in self.terms)       # every term's blocks PSD by construction (`EnergyTerm.psd`)
 
 @patch
-def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats, again: bool = False) -> LinearSolveError | None:
-    """Assemble (`again`: see `_assemble`), factorise and solve into self._dx, then launch its norms, its shortening
-    to the step's trust radius, x + Δx into self._xt, whether the candidates cover that motion and its near set;
-    nothing is read. A failed factorisation or solve is returned, not raised."""
+def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats, again: bool = False,
+                      redo: EnergyTerm | None = None) -> LinearSolveError | None:
+    """Assemble (`again`, `redo`: see `_assemble`), factorise and solve into self._dx, then launch its norms, its
+    shortening to the step's trust radius, x + Δx into self._xt, whether the candidates cover that motion and its near
+    set; nothing is read. A failed factorisation or solve is returned, not raised."""
     with _Timer(st.times, "assembly"):
-        self._assemble(x, again)
+        self._assemble(x, again, redo)
     self._outside, self._early = None, False
     try:
         with _Timer(st.times, "factorisation"):   # τ I where the exact membrane is indefinite, never on trial
@@ -290,25 +293,27 @@ def _direction(self: SolverIPC, x: wp.array, st: StepStats) -> tuple[float, floa
     set of that motion into `self._near` (unless the candidates must be rebuilt first: `self._outside` None or
     `barrier.flag` set); returns (∇Φ·Δx, max|Δx| over components of the Newton step, max ‖Δxᵢ‖ over particles, the
     shortening factor ≤ 1) from one host read."""
-    again = False
+    again, redo = False, None
     for _ in range(4):
-        failed = self._launch_direction(x, st, again)
+        failed = self._launch_direction(x, st, again, redo)
         first = [self._ls.first_batch] if self._early else []     # the first line-search batch, when launched
         norms, flags, prepared, near, *first = self._reads.read(self._norms, self.system.flags,
                                                                 self.barrier.prepared_scalars,
                                                                 self.barrier.near_scalars, *first)
         fits = self.barrier.settle_prepare(prepared)
         if not self.system.settle(flags):          # a block outside the pattern: it has grown, scatter again (the
-            st.patterns, again = st.patterns + 1, fits      # terms run again only for more contact slots)
-            continue
+            st.patterns, again, redo = st.patterns + 1, fits, None      # terms run again only for more contact
+            continue                                                    # slots)
         if not fits: continue                       # more active contacts than reserved slots: assemble again
         bad = int(flags[1])         # diagonal entries that are not positive: compression under the exact membrane
         if self._trial and (bad or isinstance(failed, NotPositiveDefinite)):  # the exact membrane on trial refused:
             self.membrane.hessian, self._trial = self._late, False      # this iteration keeps the rule's form
             self._auto.tried(refused=True)
+            again, redo = True, self.membrane       # only the membrane's blocks change
             continue
         if bad and self.membrane.hessian == "exact":  # compression left a particle no stiffness of its own: this
             self.membrane.hessian = "projected"       # iteration's membrane is assembled projected
+            again, redo = True, self.membrane
             continue
         try:
             self.system.check_diagonal(bad)

@@ -450,6 +450,32 @@ def test_exact_membrane_on_trial_after_full_steps_and_friction_majorizer_after_c
     assert len(seen) < its_absolute, (len(seen), its_absolute, trials, sum(refusals), len(chances))
 
 
+def test_a_refused_trial_writes_only_the_membranes_blocks_anew():
+    """After a refused exact trial the iteration is assembled again in the rule's form by writing only the membrane's
+    blocks anew (its gradient did not change) and scattering every block again: the matrix and right-hand side then
+    factorised are, bit for bit, those of a whole assembly in that form."""
+    model, _ = sheet_on_sphere(15)
+    solver = SolverIPC(model)
+    solver._auto.form = solver._late = "absolute"
+    assemble, checked = solver._assemble, []
+
+    def checking(x, again=False, redo=None):
+        assemble(x, again, redo)
+        if redo is not None:
+            sys = solver.system
+            H, rhs = sys.H.values.numpy().copy(), sys.rhs.numpy().copy()
+            assemble(x)                         # every term run again, in the same form
+            checked.append((redo is solver.membrane, solver.membrane.hessian, np.array_equal(H, sys.H.values.numpy()),
+                            np.array_equal(rhs, sys.rhs.numpy())))
+    solver._assemble = checking
+    a, b = model.state(), model.state()
+    for _ in range(80):
+        solver.step(a, b, None, None, 1 / 240)
+        a, b = b, a
+    assert checked and all(c == (True, "absolute", True, True) for c in checked), checked
+    assert len(checked) == solver.linear.stats["indefinite"]        # one retry per refused trial
+
+
 def test_a_trial_that_leaves_a_diagonal_without_stiffness_is_refused():
     """An exact trial whose matrix has a diagonal entry that is not positive (compression took a particle's own
     stiffness; `flags[1]`) is refused like an indefinite one: the iteration is assembled again in the rule's form
