@@ -132,7 +132,7 @@ def _allocate(self: SolverIPC):
     n = self.contact.particle_count
     self.system = NewtonSystem(n, self.contact.fixed, device=d)
     self._blocks = HessianBlocks.allocate(1, device=d)
-    self._x, self._xt, self._dx, self._z = (wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(4))
+    self._x, self._xt, self._dx, self._z, self._scratch = (wp.zeros(n, dtype=wp.vec3d, device=d) for _ in range(5))
     o = self.options
     self._ls = LineSearch(n, batch=o["line_search_batch"], trials=o["line_search_trials"], step_bound=o["step_bound"],
                           device=d)
@@ -230,13 +230,13 @@ def _assemble(self: SolverIPC, x: wp.array, again: bool = False, redo: EnergyTer
     if not again:
         for t in self.terms: t.prepare(x)
         sizes = [t.num_blocks() for t in self.terms]
-        self._total, self._offsets = sum(sizes), dict(zip(self.terms, np.cumsum([0, *sizes[:-1]]).tolist()))
+        self._total, self._offsets = sum(sizes), dict(zip(map(id, self.terms), np.cumsum([0, *sizes[:-1]]).tolist()))
         if self._total > len(self._blocks):
             self._blocks = HessianBlocks.allocate(int(1.5 * self._total) + 64, device=self.device)
         sys.grad.zero_()
-        for t in self.terms: t.accumulate(x, sys.grad, self._blocks, self._offsets[t])
-    elif redo is not None:      # its gradient goes to `_z`, which the solve overwrites
-        redo.accumulate(x, self._z, self._blocks, self._offsets[redo])
+        for t in self.terms: t.accumulate(x, sys.grad, self._blocks, self._offsets[id(t)])
+    elif redo is not None:      # its gradient, summed already, goes to a scratch array
+        redo.accumulate(x, self._scratch, self._blocks, self._offsets[id(redo)])
     sys.scatter(self._blocks, self._total)
     sys.finish(check=False)
     sys.definite = all(t.psd for t in self.terms)       # every term's blocks PSD by construction (`EnergyTerm.psd`)
