@@ -14,7 +14,6 @@ factor's non-zeros (`iparm[17]`). Prints the table and writes benchmarks/results
 import argparse
 import ctypes
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ import pandas as pd
 import pypardiso
 import scipy.sparse as sp
 
-from bench_linear import systems_of_saved_run
+from bench_linear import median_ms, systems_of_saved_run
 from newtonipc_nb.linear import ScalarCSR, pardiso_handle, system_from_bsr
 
 SETTINGS = {"default": {}, "parallel nested dissection": {1: 3}, "minimum degree": {1: 0},
@@ -39,15 +38,6 @@ def call(ps, phase: int, n: int, data, ia, ja, b, x):
                     ps.iparm.ctypes.data_as(i32), ctypes.byref(ctypes.c_int32(0)), b.ctypes.data_as(f64),
                     x.ctypes.data_as(f64), ctypes.byref(err))
     if err.value: raise RuntimeError(f"pardiso phase {phase}: error {err.value}")
-
-
-def median_ms(f, repeat: int) -> float:
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    return 1e3 * float(np.median(ts))
 
 
 def upper_blocks(A: sp.csr_matrix):
