@@ -1,0 +1,209 @@
+"""Benchmark: PARDISO's Cholesky factor in FP32, the FP64 Newton system solved to it by iterative refinement.
+
+z₀ = 0; r_k = b − A z_k in FP64; z_{k+1} = z_k + (L̃L̃ᵀ)⁻¹ r_k with L̃ the FP32 factor (PARDISO's `iparm[27]` = 1: its
+arrays and factor in FP32). Two measurements:
+
+* **The bag's own systems** (every Newton system of the step after `--at` of a saved run, four at most; medians of
+  `--repeat` calls): FP64 factorisation and solve as committed (`pardiso_handle`), FP32 factorisation and solve, and
+  the relative residuals ‖b − A z‖/‖b‖ of the refinement, step by step, to `--tol`.
+* **Windows of the bag solved with it** (`--window T0 T1`, resumed from the same run; `--settled` starts the membrane
+  rule on absolute values as a whole run at resolution 2 or 4 leaves it): Newton iterations and the solver's timers
+  with the committed `PardisoSolver` and with `Fp32Pardiso` below (a prototype: FP32 factor, the residual by Warp's
+  block product on the FP64 matrix, the FP64 factor where `REFINE_STEPS` solves do not reach `--tol`);
+  `--check-verdicts` also factorises every matrix in FP64 and counts the matrices the two precisions judge apart.
+
+Prints the tables and writes benchmarks/results/mixed_precision.json (or `--out`).
+
+    python benchmarks/bench_mixed_precision.py RUN.npz --at T [--resolution K] [--tol 1e-12]
+        [--window T0 T1 [--settled] [--check-verdicts]] [--repeat 9]
+"""
+import argparse
+import ctypes
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pypardiso
+import scipy.sparse as sp
+import warp as wp
+import warp.sparse as wps
+
+import newtonipc_nb.elastic as elastic_mod
+import newtonipc_nb.solver as solver_mod
+from bench_linear import median_ms, systems_of_saved_run
+from newtonipc_nb.linear import NotPositiveDefinite, PardisoSolver, PatternIncomplete, ScalarCSR, pardiso_handle
+from newtonipc_nb.scenes.bag_cli import main as bag_main
+
+REFINE_STEPS = 8
+
+
+def call(ps, phase: int, n: int, data, ia, ja, b, x) -> int:
+    "One `pardiso` call on arrays counted from 1, in the precision of `data`; PARDISO's error code."
+    i32, fp = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(np.ctypeslib.as_ctypes_type(data.dtype))
+    err, one = ctypes.c_int32(0), ctypes.byref(ctypes.c_int32(1))
+    ps._mkl_pardiso(ps.pt.ctypes.data_as(ctypes.POINTER(ps._pt_type[0])), one, one, ctypes.byref(ctypes.c_int32(2)),
+                    ctypes.byref(ctypes.c_int32(phase)), ctypes.byref(ctypes.c_int32(n)), data.ctypes.data_as(fp),
+                    ia.ctypes.data_as(i32), ja.ctypes.data_as(i32), ps.perm.ctypes.data_as(i32), one,
+                    ps.iparm.ctypes.data_as(i32), ctypes.byref(ctypes.c_int32(0)), b.ctypes.data_as(fp),
+                    x.ctypes.data_as(fp), ctypes.byref(err))
+    return err.value
+
+
+def handle(single: bool):
+    ps = pardiso_handle(pypardiso)
+    ps.iparm[27] = int(single)
+    return ps
+
+
+def measure(system, repeat: int, tol: float) -> dict:
+    "FP64 against FP32 on one system, and the refinement's residuals step by step."
+    csr = ScalarCSR(system, upper=True)
+    csr.refresh()
+    U = sp.csr_matrix((csr.data.numpy().copy(), csr.indices, csr.indptr), shape=csr.shape)
+    A, n = U + sp.triu(U, 1).T, U.shape[0]
+    b = np.random.default_rng(0).standard_normal(n)
+    ia, ja = (U.indptr + 1).astype(np.int32), (U.indices + 1).astype(np.int32)
+    row = dict(n=n)
+    for name, dtype in (("fp64", np.float64), ("fp32", np.float32)):
+        ps, a, bb, x = handle(dtype == np.float32), U.data.astype(dtype), b.astype(dtype), np.zeros(n, dtype)
+        run = lambda phase: call(ps, phase, n, a, ia, ja, bb, x)        # noqa: E731
+        run(11)
+        row[f"{name}_factorise_ms"], row[f"{name}_solve_ms"] = median_ms(lambda: run(22), repeat), median_ms(
+            lambda: run(33), repeat)
+        if name == "fp64": row["fp64_residual"] = float(np.linalg.norm(A @ x - b) / np.linalg.norm(b))
+        else:
+            z, r, history = np.zeros(n), b.copy(), []
+            while len(history) < REFINE_STEPS and (not history or history[-1] > tol):
+                bb[:] = r
+                run(33)
+                z += x
+                r = b - A @ z
+                history.append(float(np.linalg.norm(r) / np.linalg.norm(b)))
+            row.update(refinement_steps=len(history), residuals=history)
+        call(ps, -1, n, a, ia, ja, bb, x)
+    return row
+
+
+class Fp32Pardiso(PardisoSolver):
+    """Prototype: `PardisoSolver`'s pattern and refusals with the factor in FP32; each solve refines in FP64 (the
+    residual by Warp's block product on the system's FP64 matrix) to `tol`, else factorises that matrix in FP64."""
+    name = "pardiso-fp32"
+
+    def __init__(self, tol: float, check: bool = False):
+        super().__init__()
+        self.tol, self.check, self._double = tol, check, PardisoSolver()
+        self.stats.update(refinement_steps=0, fallbacks=0, verdicts=0, verdicts_differ=0)
+
+    def analyse(self, system):
+        if self._ps is None: self._ps = handle(single=True)
+        elif self._n: call(self._ps, -1, self._n, self._a, self._ia, self._ja, self._b, self._x)
+        self.csr = ScalarCSR(system, upper=True)
+        self._ia, self._ja = self.csr.indptr + 1, self.csr.indices + 1
+        self._n = n = 3 * system.n
+        self._a, self._b, self._x = np.zeros(len(self.csr.indices), np.float32), np.zeros(n, np.float32), np.zeros(
+            n, np.float32)
+        self._r = wp.zeros(system.n, dtype=wp.vec3d, device=system.device)
+        self._double.invalidate()
+        self._fp32(11)
+
+    def _fp32(self, phase: int):
+        err = call(self._ps, phase, self._n, self._a, self._ia, self._ja, self._b, self._x)
+        if err == -4: raise NotPositiveDefinite(f"pardiso-fp32 phase {phase}: not positive definite")
+        if err: raise RuntimeError(f"pardiso-fp32 phase {phase}: error {err}")
+
+    def factorise(self, system):
+        if system.flags.numpy()[0]: raise PatternIncomplete("pardiso-fp32: a block outside the pattern")
+        np.copyto(self._a, self.csr.refresh().numpy(), casting="same_kind")
+        if not self.check: return self._fp32(22)
+        verdicts = []
+        for factorise in (lambda: self._fp32(22), lambda: self._double.prepare(system)):
+            try:
+                factorise()
+                verdicts.append(True)
+            except NotPositiveDefinite:
+                verdicts.append(False)
+        self.stats["verdicts"] += 1
+        self.stats["verdicts_differ"] += verdicts[0] != verdicts[1]
+        if not verdicts[0]: raise NotPositiveDefinite("pardiso-fp32 phase 22: not positive definite")
+
+    def solve(self, system, out):
+        z, r = out.numpy().reshape(-1), self._r.numpy().reshape(-1)     # views of the Warp arrays (CPU)
+        z[:] = 0.0
+        wp.copy(self._r, system.rhs)
+        bound = self.tol * float(np.linalg.norm(r))
+        for k in range(1, REFINE_STEPS + 1):
+            self._b[:] = r
+            self._fp32(33)
+            z += self._x
+            wp.copy(self._r, system.rhs)
+            wps.bsr_mv(system.H, out, self._r, alpha=-1.0, beta=1.0)
+            if float(np.linalg.norm(r)) <= bound: break
+        self.stats["refinement_steps"] += k
+        if float(np.linalg.norm(r)) > bound:
+            self.stats["fallbacks"] += 1
+            self._double.prepare(system)
+            self._double.solve(system, out)
+        self.stats["solves"] += 1
+
+
+def window(run: str, t0: float, t1: float, resolution: int, settled: bool, solver) -> dict:
+    "Newton iterations and timers of the bag from `t0` to `t1` resumed from `run`, with `solver` (None: as committed)."
+    made, make, start = [], solver_mod.make_linear_solver, elastic_mod.MembraneHessianRule.__init__
+    if solver is not None:
+        solver_mod.make_linear_solver = lambda spec="auto", device=None: made.append(solver()) or made[-1]
+    if settled: elastic_mod.MembraneHessianRule.__init__ = lambda r: (start(r), setattr(r, "form", "absolute"))[0]
+    out = Path("/tmp") / f"bench_mixed_precision_{time.time_ns()}.npz"
+    wall = time.perf_counter()
+    try:
+        bag_main(["--resume", run, "--resume-at", str(t0), "--until", str(t1), "--resolution", str(resolution),
+                  "--out", str(out)])
+    finally:
+        solver_mod.make_linear_solver, elastic_mod.MembraneHessianRule.__init__ = make, start
+    wall = time.perf_counter() - wall
+    z = np.load(out)
+    m = z["step_t"] > t0 + 1e-9
+    row = dict(solver=made[0].name if made else "pardiso", iterations=int(z["step_newton_iterations"][m].sum()),
+               wall_s=wall, **{f"{k}_s": float(z[f"step_time_{k}"][m].sum()) for k in ("assembly", "factorisation",
+                                                                                         "solve")})
+    if made: row.update({k: made[0].stats[k] for k in ("refinement_steps", "fallbacks", "verdicts", "verdicts_differ")})
+    for p in (out, out.with_suffix(".json")): p.unlink(missing_ok=True)
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", help="a saved bag run (every step stored)")
+    ap.add_argument("--at", type=float, required=True, help="the systems of the step after this time (s)")
+    ap.add_argument("--resolution", type=int, default=1)
+    ap.add_argument("--tol", type=float, default=1e-12, help="the refinement's relative residual")
+    ap.add_argument("--window", type=float, nargs=2, metavar=("T0", "T1"), default=None)
+    ap.add_argument("--settled", action="store_true", help="the membrane rule starts on absolute values")
+    ap.add_argument("--check-verdicts", action="store_true",
+                    help="factorise every window matrix in FP64 too and count differing verdicts (timings then "
+                         "mean nothing)")
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "mixed_precision.json")
+    a = ap.parse_args()
+    systems = systems_of_saved_run(a.run, a.at)
+    picked = systems[:: max(1, len(systems) // 4)][:4]
+    rows = [dict(system=k, **measure(s, a.repeat, a.tol)) for k, s in enumerate(picked)]
+    pd.set_option("display.width", 200)
+    print(f"{len(picked)} of {len(systems)} Newton systems of the step after t = {a.at:g} s of {a.run}")
+    shown = pd.DataFrame(rows).assign(residuals=[" ".join(f"{v:.0e}" for v in r["residuals"]) for r in rows])
+    print(shown.to_string(float_format=lambda v: f"{v:.3g}"))
+    windows = []
+    if a.window:
+        for solver in (None, lambda: Fp32Pardiso(a.tol, a.check_verdicts)):
+            windows.append(window(a.run, *a.window, a.resolution, a.settled, solver))
+        print(f"window {a.window[0]:g}–{a.window[1]:g} s, resolution {a.resolution}"
+              f"{', rule settled' if a.settled else ''}, refinement to {a.tol:g}")
+        print(pd.DataFrame(windows).to_string(float_format=lambda v: f"{v:.3g}"))
+    a.out.write_text(json.dumps(dict(run=a.run, at=a.at, tol=a.tol, window=a.window, settled=a.settled,
+                                     systems=rows, windows=windows), indent=1))
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
