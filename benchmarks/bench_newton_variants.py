@@ -2,8 +2,8 @@
 
 Every variant patches the solver in this process only; the committed solver is the first row. Variants:
 
-* `friction-sticky`: friction's majorizing blocks for the rest of a step once a step was cut (committed: only in
-  the iteration right after a cut step); `friction-exact`: never the majorizer.
+* `friction-sticky`: friction's majorizing blocks for the rest of a step once one of its line searches cut the step
+  (committed: only in the iteration right after a cut one); `friction-exact`: never the majorizer.
 * `shift-keep`: after a shifted iteration, the step's next factorisation starts at that τ (committed: τ = 0, then a
   tenth of it, then ×10); `shift-tenth`: starts at a tenth of it, skipping τ = 0.
 * `damped`: after a step cut below α = ½ the next iteration is shifted by at least `--damping` (Levenberg–Marquardt
@@ -12,7 +12,8 @@ Every variant patches the solver in this process only; the committed solver is t
   `damped-converges` lets it.
 * `barrier-exact`: each contact's unprojected Hessian from the fifth iteration on, after a full step.
 
-Prints Newton iterations per window and writes benchmarks/results/newton_variants.json (or `--out`).
+Prints Newton iterations per window and the refused (indefinite) factorisations of all windows, and writes
+benchmarks/results/newton_variants.json (or `--out`).
 
     python benchmarks/bench_newton_variants.py RUN.npz [--resolution 1] [--windows 2.0 2.3 5.4 5.8 ...]
         [--variants committed friction-sticky ...] [--damping 0.3]
@@ -30,6 +31,7 @@ import newtonipc_nb.solver as solver_mod
 from newtonipc_nb.scenes.bag_cli import main as bag_main
 
 WINDOWS = (2.0, 2.3, 5.4, 5.8, 6.2, 6.6, 8.0, 8.4, 9.38, 9.6)
+REFUSED = [0]          # factorisations refused (indefinite) under the current variant
 VARIANTS = ("committed", "friction-sticky", "friction-exact", "shift-keep", "shift-tenth", "damped",
             "damped-converges", "barrier-exact")
 
@@ -41,7 +43,7 @@ def patched(variant: str, damping: float):
     iteration, direction = S._iteration, S._direction
 
     def shifted(linear, system, last=0.0, shift=True):
-        s = shifted.solver
+        s, refused = shifted.solver, linear.stats["indefinite"]
         start = {"shift-keep": s._last_tau, "shift-tenth": s._last_tau / 10, "damped": s._damp,
                  "damped-converges": s._damp}.get(variant, 0.0)
         if not (shift and start > 0): tau = factorise_shifted(linear, system, last, shift)
@@ -58,6 +60,7 @@ def patched(variant: str, damping: float):
                     tau *= 10
             linear.stats["shifted"] += 1
         s._last_tau = tau
+        REFUSED[0] += linear.stats["indefinite"] - refused
         return tau
 
     def new_iteration(s, x, phi, k, dt, st):
@@ -109,13 +112,13 @@ def main():
     windows = list(zip(a.windows[::2], a.windows[1::2]))
     rows = []
     for variant in a.variants:
-        restore, wall = patched(variant, a.damping), time.perf_counter()
+        restore, wall, REFUSED[0] = patched(variant, a.damping), time.perf_counter(), 0
         try:
             counts = [window_iterations(a.run, t0, t1, a.resolution) for t0, t1 in windows]
         finally:
             restore()
         rows.append(dict(variant=variant, **{f"{t0:g}–{t1:g}": n for (t0, t1), n in zip(windows, counts)},
-                         total=sum(counts), wall_s=round(time.perf_counter() - wall, 1)))
+                         total=sum(counts), refused=REFUSED[0], wall_s=round(time.perf_counter() - wall, 1)))
         print(rows[-1], flush=True)
     pd.set_option("display.width", 200)
     print(pd.DataFrame(rows).to_string(index=False))
