@@ -11,6 +11,8 @@ Every variant patches the solver in this process only; the committed solver is t
   a damped iteration never declares convergence (its step is shorter than the Newton step the tolerance is about);
   `damped-converges` lets it.
 * `barrier-exact`: each contact's unprojected Hessian from the fifth iteration on, after a full step.
+* `membrane-absolute`: the membrane's absolute-value Hessian instead of its exact one in an iteration (from the
+  fourth) that follows a step cut below α = ½.
 
 Prints Newton iterations per window and the refused (indefinite) factorisations of all windows, and writes
 benchmarks/results/newton_variants.json (or `--out`).
@@ -33,7 +35,7 @@ from newtonipc_nb.scenes.bag_cli import main as bag_main
 WINDOWS = (2.0, 2.3, 5.4, 5.8, 6.2, 6.6, 8.0, 8.4, 9.38, 9.6)
 REFUSED = [0]          # factorisations refused (indefinite) under the current variant
 VARIANTS = ("committed", "friction-sticky", "friction-exact", "shift-keep", "shift-tenth", "damped",
-            "damped-converges", "barrier-exact")
+            "damped-converges", "barrier-exact", "membrane-absolute")
 
 
 def patched(variant: str, damping: float):
@@ -64,14 +66,14 @@ def patched(variant: str, damping: float):
         return tau
 
     def new_iteration(s, x, phi, k, dt, st):
-        if k == 0: s._cut, s._last_tau, s._damp = False, 0.0, 0.0
+        if k == 0: s._cut, s._cut_half, s._last_tau, s._damp = False, False, 0.0, 0.0
         shifted.solver, s._k, tolerance = s, k, s.options["tolerance"]
         if variant == "damped" and s._damp > 0: s.options["tolerance"] = 0.0
         try:
             alpha, phi_t, done = iteration(s, x, phi, k, dt, st)
         finally:
             s.options["tolerance"] = tolerance
-        s._cut = s._cut or not s._full
+        s._cut, s._cut_half = s._cut or not s._full, 0 < alpha < 0.5
         if variant.startswith("damped"):
             s._damp = max(4 * s._damp, damping) if 0 < alpha < 0.5 else (0.0 if alpha == 1.0 else s._damp)
         return alpha, phi_t, done
@@ -80,6 +82,8 @@ def patched(variant: str, damping: float):
         if variant == "friction-sticky" and s._cut: s.friction.hessian = "majorizer"
         if variant == "friction-exact": s.friction.hessian = "exact"
         if variant == "barrier-exact" and s._k >= 4 and s._full: s.barrier.hessian = "exact"
+        if variant == "membrane-absolute" and s._cut_half and s.membrane.hessian == "exact":
+            s.membrane.hessian = "absolute"
         return direction(s, x, st)
 
     S._iteration, S._direction, solver_mod.factorise_shifted = new_iteration, new_direction, shifted
