@@ -18,7 +18,6 @@ Prints the tables and writes benchmarks/results/mixed_precision.json (or `--out`
         [--window T0 T1 [--settled] [--check-verdicts]] [--repeat 9]
 """
 import argparse
-import ctypes
 import json
 import time
 from pathlib import Path
@@ -33,22 +32,11 @@ import warp.sparse as wps
 import newtonipc_nb.elastic as elastic_mod
 import newtonipc_nb.solver as solver_mod
 from bench_linear import median_ms, systems_of_saved_run
+from bench_pardiso_settings import call
 from newtonipc_nb.linear import NotPositiveDefinite, PardisoSolver, PatternIncomplete, ScalarCSR, pardiso_handle
 from newtonipc_nb.scenes.bag_cli import main as bag_main
 
 REFINE_STEPS = 8
-
-
-def call(ps, phase: int, n: int, data, ia, ja, b, x) -> int:
-    "One `pardiso` call on arrays counted from 1, in the precision of `data`; PARDISO's error code."
-    i32, fp = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(np.ctypeslib.as_ctypes_type(data.dtype))
-    err, one = ctypes.c_int32(0), ctypes.byref(ctypes.c_int32(1))
-    ps._mkl_pardiso(ps.pt.ctypes.data_as(ctypes.POINTER(ps._pt_type[0])), one, one, ctypes.byref(ctypes.c_int32(2)),
-                    ctypes.byref(ctypes.c_int32(phase)), ctypes.byref(ctypes.c_int32(n)), data.ctypes.data_as(fp),
-                    ia.ctypes.data_as(i32), ja.ctypes.data_as(i32), ps.perm.ctypes.data_as(i32), one,
-                    ps.iparm.ctypes.data_as(i32), ctypes.byref(ctypes.c_int32(0)), b.ctypes.data_as(fp),
-                    x.ctypes.data_as(fp), ctypes.byref(err))
-    return err.value
 
 
 def handle(single: bool):
@@ -109,9 +97,7 @@ class Fp32Pardiso(PardisoSolver):
         self._fp32(11)
 
     def _fp32(self, phase: int):
-        err = call(self._ps, phase, self._n, self._a, self._ia, self._ja, self._b, self._x)
-        if err == -4: raise NotPositiveDefinite(f"pardiso-fp32 phase {phase}: not positive definite")
-        if err: raise RuntimeError(f"pardiso-fp32 phase {phase}: error {err}")
+        call(self._ps, phase, self._n, self._a, self._ia, self._ja, self._b, self._x)
 
     def factorise(self, system):
         if system.flags.numpy()[0]: raise PatternIncomplete("pardiso-fp32: a block outside the pattern")
@@ -126,7 +112,7 @@ class Fp32Pardiso(PardisoSolver):
                 verdicts.append(False)
         self.stats["verdicts"] += 1
         self.stats["verdicts_differ"] += verdicts[0] != verdicts[1]
-        if not verdicts[0]: raise NotPositiveDefinite("pardiso-fp32 phase 22: not positive definite")
+        if not verdicts[0]: raise NotPositiveDefinite("pardiso-fp32: the FP32 factorisation refused the matrix")
 
     def solve(self, system, out):
         z, r = out.numpy().reshape(-1), self._r.numpy().reshape(-1)     # views of the Warp arrays (CPU)

@@ -22,21 +22,22 @@ import pypardiso
 import scipy.sparse as sp
 
 from bench_linear import median_ms, systems_of_saved_run
-from newtonipc_nb.linear import ScalarCSR, pardiso_handle, system_from_bsr
+from newtonipc_nb.linear import NotPositiveDefinite, ScalarCSR, pardiso_handle, system_from_bsr
 
 SETTINGS = {"default": {}, "parallel nested dissection": {1: 3}, "minimum degree": {1: 0},
             "two-level factorisation": {23: 1}, "3×3 blocks (BSR)": {36: 3}}
 
 
 def call(ps, phase: int, n: int, data, ia, ja, b, x):
-    "One `pardiso` call on arrays counted from 1."
-    i32, f64 = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_double)
+    "One `pardiso` call on arrays counted from 1, in the precision of `data` (FP32 where `iparm[27]` = 1)."
+    i32, fp = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(np.ctypeslib.as_ctypes_type(data.dtype))
     err, one = ctypes.c_int32(0), ctypes.byref(ctypes.c_int32(1))
     ps._mkl_pardiso(ps.pt.ctypes.data_as(ctypes.POINTER(ps._pt_type[0])), one, one, ctypes.byref(ctypes.c_int32(2)),
-                    ctypes.byref(ctypes.c_int32(phase)), ctypes.byref(ctypes.c_int32(n)), data.ctypes.data_as(f64),
+                    ctypes.byref(ctypes.c_int32(phase)), ctypes.byref(ctypes.c_int32(n)), data.ctypes.data_as(fp),
                     ia.ctypes.data_as(i32), ja.ctypes.data_as(i32), ps.perm.ctypes.data_as(i32), one,
-                    ps.iparm.ctypes.data_as(i32), ctypes.byref(ctypes.c_int32(0)), b.ctypes.data_as(f64),
-                    x.ctypes.data_as(f64), ctypes.byref(err))
+                    ps.iparm.ctypes.data_as(i32), ctypes.byref(ctypes.c_int32(0)), b.ctypes.data_as(fp),
+                    x.ctypes.data_as(fp), ctypes.byref(err))
+    if err.value == -4: raise NotPositiveDefinite(f"pardiso phase {phase}: the matrix is not positive definite")
     if err.value: raise RuntimeError(f"pardiso phase {phase}: error {err.value}")
 
 
