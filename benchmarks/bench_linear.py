@@ -36,6 +36,15 @@ def systems_of_saved_run(path, at):
     return kept
 
 
+def window_steps(path, t0, t1, **solver_options) -> pd.DataFrame:
+    "Step statistics of the bag from `t0` to `t1` s, resumed from a saved run at its resolution, with `solver_options`."
+    from newtonipc_nb.scenes.bag_run import load_trajectory, run_bag, trajectory_resolution
+    traj = run_bag(t1, resume=path, resume_at=t0, progress=False,
+                   resolution=trajectory_resolution(load_trajectory(path)), **solver_options)
+    steps = pd.DataFrame(traj.steps)
+    return steps[steps["t"] > t0 + 1e-9]
+
+
 def median_ms(f, repeat):
     ts = []
     for _ in range(repeat):

@@ -14,7 +14,7 @@ arrays and factor in FP32). Two measurements:
 
 Prints the tables and writes benchmarks/results/mixed_precision.json (or `--out`).
 
-    python benchmarks/bench_mixed_precision.py RUN.npz --at T [--resolution K] [--tol 1e-12]
+    python benchmarks/bench_mixed_precision.py RUN.npz --at T [--tol 1e-12]
         [--window T0 T1 [--settled] [--check-verdicts]] [--repeat 9]
 """
 import argparse
@@ -30,11 +30,9 @@ import warp as wp
 import warp.sparse as wps
 
 import newtonipc_nb.elastic as elastic_mod
-import newtonipc_nb.solver as solver_mod
-from bench_linear import median_ms, systems_of_saved_run
+from bench_linear import median_ms, systems_of_saved_run, window_steps
 from bench_pardiso_settings import call
 from newtonipc_nb.linear import NotPositiveDefinite, PardisoSolver, PatternIncomplete, ScalarCSR, pardiso_handle
-from newtonipc_nb.scenes.bag_cli import main as bag_main
 
 REFINE_STEPS = 8
 
@@ -134,27 +132,21 @@ class Fp32Pardiso(PardisoSolver):
         self.stats["solves"] += 1
 
 
-def window(run: str, t0: float, t1: float, resolution: int, settled: bool, solver) -> dict:
-    "Newton iterations and timers of the bag from `t0` to `t1` resumed from `run`, with `solver` (None: as committed)."
-    made, make, start = [], solver_mod.make_linear_solver, elastic_mod.MembraneHessianRule.__init__
-    if solver is not None:
-        solver_mod.make_linear_solver = lambda spec="auto", device=None: made.append(solver()) or made[-1]
+def window(run: str, t0: float, t1: float, settled: bool, linear_solver) -> dict:
+    "Newton iterations and timers of the bag from `t0` to `t1` resumed from `run`, with `linear_solver`."
+    start = elastic_mod.MembraneHessianRule.__init__
     if settled: elastic_mod.MembraneHessianRule.__init__ = lambda r: (start(r), setattr(r, "form", "absolute"))[0]
-    out = Path("/tmp") / f"bench_mixed_precision_{time.time_ns()}.npz"
     wall = time.perf_counter()
     try:
-        bag_main(["--resume", run, "--resume-at", str(t0), "--until", str(t1), "--resolution", str(resolution),
-                  "--out", str(out)])
+        steps = window_steps(run, t0, t1, linear_solver=linear_solver)
     finally:
-        solver_mod.make_linear_solver, elastic_mod.MembraneHessianRule.__init__ = make, start
-    wall = time.perf_counter() - wall
-    z = np.load(out)
-    m = z["step_t"] > t0 + 1e-9
-    row = dict(solver=made[0].name if made else "pardiso", iterations=int(z["step_newton_iterations"][m].sum()),
-               wall_s=wall, **{f"{k}_s": float(z[f"step_time_{k}"][m].sum()) for k in ("assembly", "factorisation",
-                                                                                         "solve")})
-    if made: row.update({k: made[0].stats[k] for k in ("refinement_steps", "fallbacks", "verdicts", "verdicts_differ")})
-    for p in (out, out.with_suffix(".json")): p.unlink(missing_ok=True)
+        elastic_mod.MembraneHessianRule.__init__ = start
+    row = dict(solver=linear_solver.name, iterations=int(steps["newton_iterations"].sum()),
+               wall_s=time.perf_counter() - wall,
+               **{f"{k}_s": float(steps[f"time_{k}"].sum()) for k in ("assembly", "factorisation", "solve")})
+    if isinstance(linear_solver, Fp32Pardiso):
+        row.update({k: linear_solver.stats[k] for k in ("refinement_steps", "fallbacks", "verdicts",
+                                                        "verdicts_differ")})
     return row
 
 
@@ -162,7 +154,6 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="a saved bag run (every step stored)")
     ap.add_argument("--at", type=float, required=True, help="the systems of the step after this time (s)")
-    ap.add_argument("--resolution", type=int, default=1)
     ap.add_argument("--tol", type=float, default=1e-12, help="the refinement's relative residual")
     ap.add_argument("--window", type=float, nargs=2, metavar=("T0", "T1"), default=None)
     ap.add_argument("--settled", action="store_true", help="the membrane rule starts on absolute values")
@@ -181,9 +172,9 @@ def main():
     print(shown.to_string(float_format=lambda v: f"{v:.3g}"))
     windows = []
     if a.window:
-        for solver in (None, lambda: Fp32Pardiso(a.tol, a.check_verdicts)):
-            windows.append(window(a.run, *a.window, a.resolution, a.settled, solver))
-        print(f"window {a.window[0]:g}–{a.window[1]:g} s, resolution {a.resolution}"
+        for solver in (PardisoSolver(), Fp32Pardiso(a.tol, a.check_verdicts)):
+            windows.append(window(a.run, *a.window, a.settled, solver))
+        print(f"window {a.window[0]:g}–{a.window[1]:g} s"
               f"{', rule settled' if a.settled else ''}, refinement to {a.tol:g}")
         print(pd.DataFrame(windows).to_string(float_format=lambda v: f"{v:.3g}"))
     a.out.write_text(json.dumps(dict(run=a.run, at=a.at, tol=a.tol, window=a.window, settled=a.settled,

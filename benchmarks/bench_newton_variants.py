@@ -17,7 +17,7 @@ Every variant patches the solver in this process only; the committed solver is t
 Prints Newton iterations per window and the refused (indefinite) factorisations of all windows, and writes
 benchmarks/results/newton_variants.json (or `--out`).
 
-    python benchmarks/bench_newton_variants.py RUN.npz [--resolution 1] [--windows 2.0 2.3 5.4 5.8 ...]
+    python benchmarks/bench_newton_variants.py RUN.npz [--windows 2.0 2.3 5.4 5.8 ...]
         [--variants committed friction-sticky ...] [--damping 0.3]
 """
 import argparse
@@ -25,12 +25,11 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 import newtonipc_nb.linear as linear_mod
 import newtonipc_nb.solver as solver_mod
-from newtonipc_nb.scenes.bag_cli import main as bag_main
+from bench_linear import window_steps
 
 WINDOWS = (2.0, 2.3, 5.4, 5.8, 6.2, 6.6, 8.0, 8.4, 9.38, 9.6)
 REFUSED = [0]          # factorisations refused (indefinite) under the current variant
@@ -93,20 +92,9 @@ def patched(variant: str, damping: float):
     return restore
 
 
-def window_iterations(run: str, t0: float, t1: float, resolution: int) -> int:
-    out = Path("/tmp") / f"bench_newton_variants_{time.time_ns()}.npz"
-    bag_main(["--resume", run, "--resume-at", str(t0), "--until", str(t1), "--resolution", str(resolution),
-              "--out", str(out)])
-    z = np.load(out)
-    n = int(z["step_newton_iterations"][z["step_t"] > t0 + 1e-9].sum())
-    for p in (out, out.with_suffix(".json")): p.unlink(missing_ok=True)
-    return n
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="a saved bag run (every step stored)")
-    ap.add_argument("--resolution", type=int, default=1)
     ap.add_argument("--windows", type=float, nargs="+", default=list(WINDOWS), help="pairs T0 T1 (s)")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--damping", type=float, default=0.3, help="`damped`: the shift after a cut step")
@@ -118,7 +106,7 @@ def main():
     for variant in a.variants:
         restore, wall, REFUSED[0] = patched(variant, a.damping), time.perf_counter(), 0
         try:
-            counts = [window_iterations(a.run, t0, t1, a.resolution) for t0, t1 in windows]
+            counts = [int(window_steps(a.run, t0, t1)["newton_iterations"].sum()) for t0, t1 in windows]
         finally:
             restore()
         rows.append(dict(variant=variant, **{f"{t0:g}–{t1:g}": n for (t0, t1), n in zip(windows, counts)},
@@ -126,7 +114,7 @@ def main():
         print(rows[-1], flush=True)
     pd.set_option("display.width", 200)
     print(pd.DataFrame(rows).to_string(index=False))
-    a.out.write_text(json.dumps(dict(run=a.run, resolution=a.resolution, damping=a.damping, rows=rows), indent=1))
+    a.out.write_text(json.dumps(dict(run=a.run, damping=a.damping, rows=rows), indent=1))
     print(f"wrote {a.out}")
 
 

@@ -1,13 +1,13 @@
 """Diagnostic: one hard bag step, Newton iteration by Newton iteration.
 
-Resumes a saved run at `--at` (resolution 1 unless `--resolution`) and takes one step. For every Newton iteration it
+Resumes a saved run at `--at` (at its resolution) and takes one step. For every Newton iteration it
 records the step length α the line search took, the decrease of Φ, the ratio ρ of that decrease to the one a quadratic
 model with its minimum at α = 1 predicts (−s(α − α²/2), s = ∇Φ·Δx), the longest particle move ‖Δxᵢ‖ of the direction
 and its particle, and the shift τ of the factorisation. Where the line search cut the step (α < 1), Φ is evaluated
 along the direction on a grid of α (where is its minimum?) and each term's energy change at α = 1 (which term
 rises?). Prints both tables and writes benchmarks/results/step_anatomy.json (or `--out`).
 
-    python benchmarks/bench_step_anatomy.py RUN.npz --at 2.2083 [--resolution 1]
+    python benchmarks/bench_step_anatomy.py RUN.npz --at 2.2083
 """
 import argparse
 import json
@@ -19,7 +19,8 @@ import warp as wp
 
 import newtonipc_nb.solver as solver_mod
 from newtonipc_nb.line_search import _axpy
-from newtonipc_nb.scenes.bag_cli import main as bag_main
+from bench_linear import window_steps
+from newtonipc_nb.scenes.bag_scene import DT
 
 TERMS = ("inertia", "membrane", "bending", "barrier", "friction", "supports", "tie", "_drag")
 GRID = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4, 1.0)
@@ -81,17 +82,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="a saved bag run (every step stored)")
     ap.add_argument("--at", type=float, required=True, help="the frame to take one step from (s)")
-    ap.add_argument("--resolution", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "step_anatomy.json")
     a = ap.parse_args()
-    rec, out = Recorder(), Path("/tmp") / "bench_step_anatomy.npz"
+    rec = Recorder()
     try:
-        until = f"{a.at + 1.5 / 240:.6f}"           # one step of 1/240 s
-        bag_main(["--resume", a.run, "--resume-at", str(a.at), "--until", until, "--resolution", str(a.resolution),
-                  "--out", str(out)])
+        window_steps(a.run, a.at, a.at + DT)
     finally:
         rec.restore()
-    for p in (out, out.with_suffix(".json")): p.unlink(missing_ok=True)
     pd.set_option("display.width", 220)
     pd.set_option("display.max_rows", 400)
     fmt = lambda v: f"{v:.3g}"          # noqa: E731
@@ -99,7 +96,7 @@ def main():
     print(f"\nwhere the line search cut the step: Φ along Δx (grid {', '.join(f'{g:g}' for g in GRID)}) and each "
           f"term's energy change at α = 1 (J)")
     print(pd.DataFrame(rec.cuts).to_string(index=False, float_format=fmt))
-    a.out.write_text(json.dumps(dict(run=a.run, at=a.at, resolution=a.resolution, iterations=rec.rows,
+    a.out.write_text(json.dumps(dict(run=a.run, at=a.at, iterations=rec.rows,
                                      cut=rec.cuts), indent=1))
     print(f"wrote {a.out}")
 
