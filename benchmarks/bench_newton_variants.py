@@ -13,60 +13,79 @@ Every variant patches the solver in this process only; the committed solver is t
 * `barrier-exact`: each contact's unprojected Hessian from the fifth iteration on, after a full step.
 * `membrane-absolute`: the membrane's absolute-value Hessian instead of its exact one in an iteration (from the
   fourth) that follows a step cut below α = ½.
+* `clip`: after a step the line search cut, each particle's move in the next directions is clipped to the longest
+  move that step took (times `--clip-slack`), the radius growing `--clip-grow`-fold after each full step; a clipped
+  direction that is no descent direction is taken whole. (Host reads of Δx: a measurement, not a solver.)
+* `trial-wait16`: refused trials of the exact membrane skip up to 16 chances before the next (committed: 4);
+  `trial-near`: the exact membrane is tried only when the last Newton step is below `--near` × the tolerance;
+  `trial-none`: never tried. These act only once the membrane rule has settled (`--settled`, or a long window).
+* `always-absolute`, `always-exact`: the solver's `membrane_hessian` option set to that form for the whole window.
 
-Prints Newton iterations per window and the refused (indefinite) factorisations of all windows, and writes
+`--settled` starts the membrane rule settled (absolute values, the exact form on trial), as a whole run at resolution
+2 or 4 leaves it after the fold; without it a resumed window starts the rule afresh (exact), as resolution 1 stays.
+
+Prints Newton iterations per window, the refused (indefinite) factorisations of all windows (refused trials
+included) and the exact membrane's trials (refused ones), and writes
 benchmarks/results/newton_variants.json (or `--out`).
 
     python benchmarks/bench_newton_variants.py RUN.npz [--windows 2.0 2.3 5.4 5.8 ...]
-        [--variants committed friction-sticky ...] [--damping 0.3]
+        [--variants committed friction-sticky ...] [--damping 0.3] [--settled] [--near 3]
 """
 import argparse
 import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+import newtonipc_nb.elastic as elastic_mod
 import newtonipc_nb.linear as linear_mod
 import newtonipc_nb.solver as solver_mod
 from bench_linear import window_steps
 
 WINDOWS = (2.0, 2.3, 5.4, 5.8, 6.2, 6.6, 8.0, 8.4, 9.38, 9.6)
-REFUSED = [0]          # factorisations refused (indefinite) under the current variant
+COUNTS = dict(refused=0, trials=0, refused_trials=0, clipped=0)     # under the current variant
 VARIANTS = ("committed", "friction-sticky", "friction-exact", "shift-keep", "shift-tenth", "damped",
-            "damped-converges", "barrier-exact", "membrane-absolute")
+            "damped-converges", "barrier-exact", "membrane-absolute", "clip", "trial-wait16", "trial-near",
+            "trial-none", "always-absolute", "always-exact")
+OPTIONS = {"always-absolute": dict(membrane_hessian="absolute"), "always-exact": dict(membrane_hessian="exact")}
 
 
-def patched(variant: str, damping: float):
+def patched(variant: str, a):
     """Install `variant` into the solver module; returns a function that restores it. The step's state (a cut seen, the
-    last τ, the damping) lives on the solver, reset at each step's first iteration."""
+    last τ, the damping, the clip radius) lives on the solver, reset at each step's first iteration."""
     S, factorise_shifted = solver_mod.SolverIPC, linear_mod.factorise_shifted
     iteration, direction = S._iteration, S._direction
+    Rule = elastic_mod.MembraneHessianRule
+    rule_init, trial, tried, wait_max = Rule.__init__, Rule.trial, Rule.tried, elastic_mod.TRIAL_WAIT_MAX
 
     def shifted(linear, system, last=0.0, shift=True):
         s, refused = shifted.solver, linear.stats["indefinite"]
         start = {"shift-keep": s._last_tau, "shift-tenth": s._last_tau / 10, "damped": s._damp,
                  "damped-converges": s._damp}.get(variant, 0.0)
-        if not (shift and start > 0): tau = factorise_shifted(linear, system, last, shift)
-        else:
-            tau = start
-            while True:
-                system.shift(tau)
-                try:
-                    linear.prepare(system)
-                    break
-                except linear_mod.NotPositiveDefinite:
-                    linear.stats["indefinite"] += 1
-                    if tau >= linear_mod.SHIFT_MAX: raise
-                    tau *= 10
-            linear.stats["shifted"] += 1
+        try:
+            if not (shift and start > 0): tau = factorise_shifted(linear, system, last, shift)
+            else:
+                tau = start
+                while True:
+                    system.shift(tau)
+                    try:
+                        linear.prepare(system)
+                        break
+                    except linear_mod.NotPositiveDefinite:
+                        linear.stats["indefinite"] += 1
+                        if tau >= linear_mod.SHIFT_MAX: raise
+                        tau *= 10
+                linear.stats["shifted"] += 1
+        finally:                                    # a refused trial raises: counted too
+            COUNTS["refused"] += linear.stats["indefinite"] - refused
         s._last_tau = tau
-        REFUSED[0] += linear.stats["indefinite"] - refused
         return tau
 
     def new_iteration(s, x, phi, k, dt, st):
-        if k == 0: s._cut, s._cut_half, s._last_tau, s._damp = False, False, 0.0, 0.0
-        shifted.solver, s._k, tolerance = s, k, s.options["tolerance"]
+        if k == 0: s._cut, s._cut_half, s._last_tau, s._damp, s._clip = False, False, 0.0, 0.0, np.inf
+        shifted.solver, s._k, s._longest, tolerance = s, k, None, s.options["tolerance"]
         if variant == "damped" and s._damp > 0: s.options["tolerance"] = 0.0
         try:
             alpha, phi_t, done = iteration(s, x, phi, k, dt, st)
@@ -75,7 +94,24 @@ def patched(variant: str, damping: float):
         s._cut, s._cut_half = s._cut or not s._full, 0 < alpha < 0.5
         if variant.startswith("damped"):
             s._damp = max(4 * s._damp, damping) if 0 < alpha < 0.5 else (0.0 if alpha == 1.0 else s._damp)
+        if variant == "clip" and s._longest is not None and alpha > 0:
+            s._clip = a.clip_slack * alpha * s._longest if alpha < 1 else a.clip_grow * s._clip
         return alpha, phi_t, done
+
+    def clipped(s, x, out):
+        "The direction with each particle's move clipped to the radius, when that is still a descent direction."
+        slope, max_dx, longest, shortening = out
+        r = s._clip
+        if not (np.isfinite(r) and longest > r) or max_dx / s._ls.extend < s.options["tolerance"]: return out
+        dx = s._dx.numpy()
+        dx = dx * np.minimum(1.0, r / np.maximum(np.linalg.norm(dx, axis=1), 1e-300))[:, None]
+        slope = float((s.system.grad.numpy() * dx).sum())
+        if not slope < 0: return out
+        COUNTS["clipped"] += 1
+        s._dx.assign(dx)
+        s._xt.assign(x.numpy() + dx)
+        s._outside, s._ls.first = None, None        # the candidates and first trials cover the old direction
+        return slope, max_dx, r, min(shortening, 1.0 - 1e-9)    # not the whole Newton step: no extension follows
 
     def new_direction(s, x, st):
         if variant == "friction-sticky" and s._cut: s.friction.hessian = "majorizer"
@@ -83,12 +119,35 @@ def patched(variant: str, damping: float):
         if variant == "barrier-exact" and s._k >= 4 and s._full: s.barrier.hessian = "exact"
         if variant == "membrane-absolute" and s._cut_half and s.membrane.hessian == "exact":
             s.membrane.hessian = "absolute"
-        return direction(s, x, st)
+        out = direction(s, x, st)
+        if variant == "clip": out = clipped(s, x, out)
+        s._longest, s._newton_dx = out[2], out[1] / s._ls.extend
+        return out
 
+    def settled_init(rule):
+        rule_init(rule)
+        rule.form = "absolute"
+
+    def counted_tried(rule, refused):
+        COUNTS["trials"] += 1
+        COUNTS["refused_trials"] += bool(refused)
+        return tried(rule, refused)
+
+    def near_trial(rule):
+        s = shifted.solver
+        return s._newton_dx < a.near * s.options["tolerance"] and trial(rule)
+
+    damping = a.damping
     S._iteration, S._direction, solver_mod.factorise_shifted = new_iteration, new_direction, shifted
+    Rule.tried = counted_tried
+    if a.settled: Rule.__init__ = settled_init
+    if variant == "trial-wait16": elastic_mod.TRIAL_WAIT_MAX = 16
+    if variant == "trial-near": Rule.trial = near_trial
+    if variant == "trial-none": Rule.trial = lambda rule: False
 
     def restore():
         S._iteration, S._direction, solver_mod.factorise_shifted = iteration, direction, factorise_shifted
+        Rule.__init__, Rule.trial, Rule.tried, elastic_mod.TRIAL_WAIT_MAX = rule_init, trial, tried, wait_max
     return restore
 
 
@@ -98,23 +157,30 @@ def main():
     ap.add_argument("--windows", type=float, nargs="+", default=list(WINDOWS), help="pairs T0 T1 (s)")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--damping", type=float, default=0.3, help="`damped`: the shift after a cut step")
+    ap.add_argument("--clip-slack", type=float, default=1.0, help="`clip`: the radius over the cut step's move")
+    ap.add_argument("--clip-grow", type=float, default=2.0, help="`clip`: the radius's growth after a full step")
+    ap.add_argument("--near", type=float, default=3.0, help="`trial-near`: the Newton step, in tolerances")
+    ap.add_argument("--settled", action="store_true", help="the membrane rule starts settled on absolute values")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "newton_variants.json")
     a = ap.parse_args()
     if len(a.windows) % 2: ap.error("--windows takes pairs T0 T1")
     windows = list(zip(a.windows[::2], a.windows[1::2]))
     rows = []
     for variant in a.variants:
-        restore, wall, REFUSED[0] = patched(variant, a.damping), time.perf_counter(), 0
+        restore, wall = patched(variant, a), time.perf_counter()
+        COUNTS.update(dict.fromkeys(COUNTS, 0))
         try:
-            counts = [int(window_steps(a.run, t0, t1)["newton_iterations"].sum()) for t0, t1 in windows]
+            counts = [int(window_steps(a.run, t0, t1, **OPTIONS.get(variant, {}))["newton_iterations"].sum())
+                      for t0, t1 in windows]
         finally:
             restore()
         rows.append(dict(variant=variant, **{f"{t0:g}–{t1:g}": n for (t0, t1), n in zip(windows, counts)},
-                         total=sum(counts), refused=REFUSED[0], wall_s=round(time.perf_counter() - wall, 1)))
+                         total=sum(counts), **COUNTS, wall_s=round(time.perf_counter() - wall, 1)))
         print(rows[-1], flush=True)
     pd.set_option("display.width", 200)
     print(pd.DataFrame(rows).to_string(index=False))
-    a.out.write_text(json.dumps(dict(run=a.run, damping=a.damping, rows=rows), indent=1))
+    a.out.write_text(json.dumps(dict(run=a.run, settled=a.settled, damping=a.damping, clip_slack=a.clip_slack,
+                                     clip_grow=a.clip_grow, near=a.near, rows=rows), indent=1))
     print(f"wrote {a.out}")
 
 
