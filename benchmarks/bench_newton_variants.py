@@ -93,7 +93,7 @@ def patched(variant: str, a):
             s.options["tolerance"] = tolerance
         s._cut, s._cut_half = s._cut or not s._full, 0 < alpha < 0.5
         if variant.startswith("damped"):
-            s._damp = max(4 * s._damp, damping) if 0 < alpha < 0.5 else (0.0 if alpha == 1.0 else s._damp)
+            s._damp = max(4 * s._damp, a.damping) if 0 < alpha < 0.5 else (0.0 if alpha == 1.0 else s._damp)
         if variant == "clip" and s._longest is not None and alpha > 0:
             s._clip = a.clip_slack * alpha * s._longest if alpha < 1 else a.clip_grow * s._clip
         return alpha, phi_t, done
@@ -137,7 +137,6 @@ def patched(variant: str, a):
         s = shifted.solver
         return s._newton_dx < a.near * s.options["tolerance"] and trial(rule)
 
-    damping = a.damping
     S._iteration, S._direction, solver_mod.factorise_shifted = new_iteration, new_direction, shifted
     Rule.tried = counted_tried
     if a.settled: Rule.__init__ = settled_init
