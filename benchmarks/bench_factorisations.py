@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench_linear import settle_membrane_rule
 import newtonipc_nb.elastic as elastic_mod
 import newtonipc_nb.solver as solver_mod
 from newtonipc_nb.scenes.bag_run import run_bag
@@ -37,7 +38,7 @@ class Counter:
     def __init__(self, k0: int, settled: bool = False, trials: bool = True):
         self.step, self.rows, self.trials = k0, [], []
         rule = elastic_mod.MembraneHessianRule
-        step, tried, start = solver_mod.SolverIPC.step, rule.tried, rule.__init__
+        step, tried = solver_mod.SolverIPC.step, rule.tried
 
         def counted_step(solver, *a, **k):
             self.step += 1
@@ -46,11 +47,8 @@ class Counter:
         def counted_trial(rule, refused):
             self.trials.append((self.step, bool(refused)))
             return tried(rule, refused)
-        def settled_start(r):
-            start(r)
-            r.form = "absolute"
         solver_mod.SolverIPC.step, rule.tried = counted_step, counted_trial
-        if settled: rule.__init__ = settled_start
+        if settled: settle_membrane_rule()
         if not trials: rule.trial = lambda r: False
 
     def __call__(self, info):

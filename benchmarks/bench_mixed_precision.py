@@ -29,8 +29,7 @@ import scipy.sparse as sp
 import warp as wp
 import warp.sparse as wps
 
-import newtonipc_nb.elastic as elastic_mod
-from bench_linear import median_ms, systems_of_saved_run, window_steps
+from bench_linear import median_ms, settle_membrane_rule, systems_of_saved_run, window_steps
 from bench_pardiso_settings import call
 from newtonipc_nb.linear import NotPositiveDefinite, PardisoSolver, PatternIncomplete, ScalarCSR, pardiso_handle
 
@@ -134,13 +133,12 @@ class Fp32Pardiso(PardisoSolver):
 
 def window(run: str, t0: float, t1: float, settled: bool, linear_solver) -> dict:
     "Newton iterations and timers of the bag from `t0` to `t1` resumed from `run`, with `linear_solver`."
-    start = elastic_mod.MembraneHessianRule.__init__
-    if settled: elastic_mod.MembraneHessianRule.__init__ = lambda r: (start(r), setattr(r, "form", "absolute"))[0]
+    undo = settle_membrane_rule() if settled else (lambda: None)
     wall = time.perf_counter()
     try:
         steps = window_steps(run, t0, t1, linear_solver=linear_solver)
     finally:
-        elastic_mod.MembraneHessianRule.__init__ = start
+        undo()
     row = dict(solver=linear_solver.name, iterations=int(steps["newton_iterations"].sum()),
                wall_s=time.perf_counter() - wall,
                **{f"{k}_s": float(steps[f"time_{k}"].sum()) for k in ("assembly", "factorisation", "solve")})

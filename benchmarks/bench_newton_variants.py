@@ -42,7 +42,7 @@ import pandas as pd
 import newtonipc_nb.elastic as elastic_mod
 import newtonipc_nb.linear as linear_mod
 import newtonipc_nb.solver as solver_mod
-from bench_linear import window_steps
+from bench_linear import settle_membrane_rule, window_steps
 
 WINDOWS = (2.0, 2.3, 5.4, 5.8, 6.2, 6.6, 8.0, 8.4, 9.38, 9.6)
 COUNTS = dict(refused=0, trials=0, refused_trials=0, clipped=0)     # under the current variant
@@ -58,7 +58,7 @@ def patched(variant: str, a):
     S, factorise_shifted = solver_mod.SolverIPC, linear_mod.factorise_shifted
     iteration, direction = S._iteration, S._direction
     Rule = elastic_mod.MembraneHessianRule
-    rule_init, trial, tried, wait_max = Rule.__init__, Rule.trial, Rule.tried, elastic_mod.TRIAL_WAIT_MAX
+    trial, tried, wait_max = Rule.trial, Rule.tried, elastic_mod.TRIAL_WAIT_MAX
 
     def shifted(linear, system, last=0.0, shift=True):
         s, refused = shifted.solver, linear.stats["indefinite"]
@@ -124,10 +124,6 @@ def patched(variant: str, a):
         s._longest, s._newton_dx = out[2], out[1] / s._ls.extend
         return out
 
-    def settled_init(rule):
-        rule_init(rule)
-        rule.form = "absolute"
-
     def counted_tried(rule, refused):
         COUNTS["trials"] += 1
         COUNTS["refused_trials"] += bool(refused)
@@ -139,14 +135,15 @@ def patched(variant: str, a):
 
     S._iteration, S._direction, solver_mod.factorise_shifted = new_iteration, new_direction, shifted
     Rule.tried = counted_tried
-    if a.settled: Rule.__init__ = settled_init
+    unsettle = settle_membrane_rule() if a.settled else (lambda: None)
     if variant == "trial-wait16": elastic_mod.TRIAL_WAIT_MAX = 16
     if variant == "trial-near": Rule.trial = near_trial
     if variant == "trial-none": Rule.trial = lambda rule: False
 
     def restore():
         S._iteration, S._direction, solver_mod.factorise_shifted = iteration, direction, factorise_shifted
-        Rule.__init__, Rule.trial, Rule.tried, elastic_mod.TRIAL_WAIT_MAX = rule_init, trial, tried, wait_max
+        Rule.trial, Rule.tried, elastic_mod.TRIAL_WAIT_MAX = trial, tried, wait_max
+        unsettle()
     return restore
 
 
