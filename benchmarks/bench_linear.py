@@ -7,7 +7,9 @@ contacts). For each solver and system: the pattern analysis, the numeric factori
 median of --repeat calls, and the relative residual ‖A z − b‖/‖b‖ of the equilibrated system; PCG also reports its
 CG iterations. When the `qdldl` package is installed (not a dependency), it is measured too as a candidate CPU
 direct solver with a numeric-only refactorisation: `Solver(U)` (ordering + factorisation), `update(U)`, `solve`, on the
-same upper-triangular matrix. Prints a table and writes benchmarks/results/linear.json.
+same upper-triangular matrix. When `cvxopt` is installed (not a dependency; its wheel bundles CHOLMOD with OpenBLAS),
+CHOLMOD's supernodal Cholesky is measured the same way: `cholmod.symbolic` once, `cholmod.numeric` on the values set
+into the same matrix, `cholmod.solve`. Prints a table and writes benchmarks/results/linear.json.
 
     python benchmarks/bench_linear.py [--resume RUN.npz --at 8.0] [--repeat 7] [--solvers pardiso cholespy dense pcg]
 """
@@ -67,6 +69,34 @@ def median_ms(f, repeat):
     return 1e3 * float(np.median(ts))
 
 
+def cholmod_rows(i, s, A, b, repeat) -> list:
+    "CHOLMOD (through cvxopt, when installed) on system `s`: analysis once, numeric factorisation of its values, solve."
+    try:
+        import cvxopt
+        from cvxopt import cholmod
+    except ImportError:
+        return []
+    L = sp.tril(A, format="csc")
+    L.sort_indices()
+    cols = np.repeat(np.arange(A.shape[0]), np.diff(L.indptr))
+    M = cvxopt.spmatrix(L.data, cvxopt.matrix(L.indices.astype(int)), cvxopt.matrix(cols), A.shape)
+    F = cholmod.symbolic(M, uplo="L")
+    analyse = median_ms(lambda: cholmod.symbolic(M, uplo="L"), repeat)
+
+    def factorise():
+        M.V = cvxopt.matrix(L.data)         # the values, in M's own (column) order
+        cholmod.numeric(M, F)
+    factorise_ms = median_ms(factorise, repeat)
+    x = cvxopt.matrix(b)
+    solve = median_ms(lambda: cholmod.solve(F, cvxopt.matrix(b)), repeat)
+    cholmod.solve(F, x)
+    res = float(np.linalg.norm(A @ np.asarray(x)[:, 0] - b) / np.linalg.norm(b))
+    print(f"system {i} cholmod: factorise {factorise_ms:.2f} ms  solve {solve:.2f} ms  residual {res:.1e}", flush=True)
+    return [dict(system=i, dofs=3 * s.n, blocks=s.nnz, solver="cholmod via cvxopt (candidate)", analyse_ms=analyse,
+                 factorise_ms=factorise_ms, solve_ms=solve, per_iteration_ms=factorise_ms + solve,
+                 relative_residual=res)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--resume", default=None, help="a saved bag run (every step stored) to take the systems from")
@@ -103,6 +133,7 @@ def main():
             print(f"system {i} ({3 * s.n} DOF, {s.nnz} blocks) {name:9s} analyse {analyse:8.2f} ms  factorise "
                   f"{factorise:8.2f} ms  "
                   f"solve {solve:8.2f} ms  residual {res:.1e}", flush=True)
+        rows += cholmod_rows(i, s, A, b, a.repeat)
         try:
             import qdldl
         except ImportError:

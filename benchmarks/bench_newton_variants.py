@@ -20,6 +20,12 @@ Every variant patches the solver in this process only; the committed solver is t
   `trial-near`: the exact membrane is tried only when the last Newton step is below `--near` × the tolerance;
   `trial-none`: never tried. These act only once the membrane rule has settled (`--settled`, or a long window).
 * `always-absolute`, `always-exact`: the solver's `membrane_hessian` option set to that form for the whole window.
+* `secant`: a memory of the step's last `--memory` cut directions v, each adding σ v vᵀ to the Newton matrix (by
+  Woodbury, on the factor: `--memory` extra solves), σ chosen so that the line search's α would have been the minimum
+  of the corrected quadratic model along v: σ‖v‖² = −∇Φ·v (1/α − 1).
+* `anderson`: Anderson acceleration (type II, the last `--memory` differences) of the iterates with the Newton step as
+  their residual; its direction replaces the Newton step where it is a descent direction.
+  Both judge convergence on the Newton step itself, as committed. (Host reads: a measurement, not a solver.)
 
 `--settled` starts the membrane rule settled (absolute values, the exact form on trial), as a whole run at resolution
 2 or 4 leaves it after the fold; without it a resumed window starts the rule afresh (exact), as resolution 1 stays.
@@ -29,7 +35,7 @@ included) and the exact membrane's trials (refused ones), and writes
 benchmarks/results/newton_variants.json (or `--out`).
 
     python benchmarks/bench_newton_variants.py RUN.npz [--windows 2.0 2.3 5.4 5.8 ...]
-        [--variants committed friction-sticky ...] [--damping 0.3] [--settled] [--near 3]
+        [--variants committed friction-sticky ...] [--damping 0.3] [--settled] [--near 3] [--memory 4]
 """
 import argparse
 import json
@@ -45,10 +51,10 @@ import newtonipc_nb.solver as solver_mod
 from bench_linear import settle_membrane_rule, window_steps
 
 WINDOWS = (2.0, 2.3, 5.4, 5.8, 6.2, 6.6, 8.0, 8.4, 9.38, 9.6)
-COUNTS = dict(refused=0, trials=0, refused_trials=0, clipped=0)     # under the current variant
+COUNTS = dict(refused=0, trials=0, refused_trials=0, clipped=0, steered=0)     # under the current variant
 VARIANTS = ("committed", "friction-sticky", "friction-exact", "shift-keep", "shift-tenth", "damped",
             "damped-converges", "barrier-exact", "membrane-absolute", "clip", "trial-wait16", "trial-near",
-            "trial-none", "always-absolute", "always-exact")
+            "trial-none", "always-absolute", "always-exact", "secant", "anderson")
 OPTIONS = {"always-absolute": dict(membrane_hessian="absolute"), "always-exact": dict(membrane_hessian="exact")}
 
 
@@ -56,7 +62,7 @@ def patched(variant: str, a):
     """Install `variant` into the solver module; returns a function that restores it. The step's state (a cut seen, the
     last τ, the damping, the clip radius) lives on the solver, reset at each step's first iteration."""
     S, factorise_shifted = solver_mod.SolverIPC, linear_mod.factorise_shifted
-    iteration, direction = S._iteration, S._direction
+    iteration, direction, unscale = S._iteration, S._direction, linear_mod.NewtonSystem.unscale
     Rule = elastic_mod.MembraneHessianRule
     trial, tried, wait_max = Rule.trial, Rule.tried, elastic_mod.TRIAL_WAIT_MAX
 
@@ -85,6 +91,7 @@ def patched(variant: str, a):
 
     def new_iteration(s, x, phi, k, dt, st):
         if k == 0: s._cut, s._cut_half, s._last_tau, s._damp, s._clip = False, False, 0.0, 0.0, np.inf
+        if k == 0: s._memory, s._history = [], ([], [])
         shifted.solver, s._k, s._longest, tolerance = s, k, None, s.options["tolerance"]
         if variant == "damped" and s._damp > 0: s.options["tolerance"] = 0.0
         try:
@@ -96,7 +103,43 @@ def patched(variant: str, a):
             s._damp = max(4 * s._damp, a.damping) if 0 < alpha < 0.5 else (0.0 if alpha == 1.0 else s._damp)
         if variant == "clip" and s._longest is not None and alpha > 0:
             s._clip = a.clip_slack * alpha * s._longest if alpha < 1 else a.clip_grow * s._clip
+        if variant == "secant" and 0 < alpha < 1 and not done and s._slope < 0:
+            d = s._dx.numpy().reshape(-1)
+            s._memory = [*s._memory, (d / np.linalg.norm(d), -s._slope * (1 / alpha - 1) / (d @ d))][-a.memory:]
         return alpha, phi_t, done
+
+    def secant_step(s, system, z, D):
+        "z corrected for the memory's σ v vᵀ terms, on the equilibrated system (Woodbury)."
+        if not s._memory: return None
+        U = np.stack([D * v for v, _ in s._memory], 1)
+        W = np.stack([s.linear._run(33, np.ascontiguousarray(u)).copy() for u in U.T], 1)
+        small = np.diag([1 / sigma for _, sigma in s._memory]) + U.T @ W
+        return D * (z - W @ np.linalg.solve(small, U.T @ z))
+
+    def anderson_step(s, x, f):
+        "The Anderson-mixed step from the last iterates x and their Newton steps f."
+        X, F = s._history
+        X.append(x)
+        F.append(f)
+        del X[:-(a.memory + 1)], F[:-(a.memory + 1)]
+        if len(X) < 2: return None
+        dX, dF = np.diff(np.stack(X, 1), axis=1), np.diff(np.stack(F, 1), axis=1)
+        A = dF.T @ dF
+        gamma = np.linalg.solve(A + 1e-10 * np.trace(A) * np.eye(len(A)) + 1e-300 * np.eye(len(A)), dF.T @ f)
+        return f - (dX + dF) @ gamma
+
+    def steered(system, z, dx, k=1.0):
+        "`secant`, `anderson`: the Newton step D z replaced by the variant's direction before it is unscaled."
+        s = getattr(shifted, "solver", None)
+        if variant in ("secant", "anderson") and s is not None and system is s.system:
+            D, zz = system.D.numpy().reshape(-1), z.numpy().reshape(-1).copy()
+            s._raw = float(np.abs(k * D * zz).max())          # the Newton step, for convergence
+            d = (secant_step(s, system, zz, D) if variant == "secant"
+                 else anderson_step(s, s._x.numpy().reshape(-1).copy(), D * zz))
+            if d is not None and system.grad.numpy().reshape(-1) @ d < 0:
+                COUNTS["steered"] += 1
+                z.assign((d / D).reshape(-1, 3))          # the line search's extension k still applies
+        return unscale(system, z, dx, k)
 
     def clipped(s, x, out):
         "The direction with each particle's move clipped to the radius, when that is still a descent direction."
@@ -119,8 +162,11 @@ def patched(variant: str, a):
         if variant == "barrier-exact" and s._k >= 4 and s._full: s.barrier.hessian = "exact"
         if variant == "membrane-absolute" and s._cut_half and s.membrane.hessian == "exact":
             s.membrane.hessian = "absolute"
+        s._raw = None
         out = direction(s, x, st)
+        if s._raw is not None: out = (out[0], s._raw, *out[2:])
         if variant == "clip": out = clipped(s, x, out)
+        s._slope = out[0]
         s._longest, s._newton_dx = out[2], out[1] / s._ls.extend
         return out
 
@@ -134,6 +180,7 @@ def patched(variant: str, a):
         return s._newton_dx < a.near * s.options["tolerance"] and trial(rule)
 
     S._iteration, S._direction, solver_mod.factorise_shifted = new_iteration, new_direction, shifted
+    linear_mod.NewtonSystem.unscale = steered
     Rule.tried = counted_tried
     unsettle = settle_membrane_rule() if a.settled else (lambda: None)
     if variant == "trial-wait16": elastic_mod.TRIAL_WAIT_MAX = 16
@@ -142,6 +189,7 @@ def patched(variant: str, a):
 
     def restore():
         S._iteration, S._direction, solver_mod.factorise_shifted = iteration, direction, factorise_shifted
+        linear_mod.NewtonSystem.unscale = unscale
         Rule.trial, Rule.tried, elastic_mod.TRIAL_WAIT_MAX = trial, tried, wait_max
         unsettle()
     return restore
@@ -156,6 +204,7 @@ def main():
     ap.add_argument("--clip-slack", type=float, default=1.0, help="`clip`: the radius over the cut step's move")
     ap.add_argument("--clip-grow", type=float, default=2.0, help="`clip`: the radius's growth after a full step")
     ap.add_argument("--near", type=float, default=3.0, help="`trial-near`: the Newton step, in tolerances")
+    ap.add_argument("--memory", type=int, default=4, help="`secant`, `anderson`: directions or differences kept")
     ap.add_argument("--settled", action="store_true", help="the membrane rule starts settled on absolute values")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "newton_variants.json")
     a = ap.parse_args()
@@ -176,7 +225,8 @@ def main():
     pd.set_option("display.width", 200)
     print(pd.DataFrame(rows).to_string(index=False))
     a.out.write_text(json.dumps(dict(run=a.run, settled=a.settled, damping=a.damping, clip_slack=a.clip_slack,
-                                     clip_grow=a.clip_grow, near=a.near, rows=rows), indent=1))
+                                     clip_grow=a.clip_grow, near=a.near, memory=a.memory,
+                                     rows=rows), indent=1))
     print(f"wrote {a.out}")
 
 
