@@ -21,8 +21,8 @@ Every variant patches the solver in this process only; the committed solver is t
   `trial-none`: never tried. These act only once the membrane rule has settled (`--settled`, or a long window).
 * `always-absolute`, `always-exact`: the solver's `membrane_hessian` option set to that form for the whole window.
 * `secant`: a memory of the step's last `--memory` cut directions v, each adding σ v vᵀ to the Newton matrix (by
-  Woodbury, on the factor: `--memory` extra solves), σ chosen so that the line search's α would have been the minimum
-  of the corrected quadratic model along v: σ‖v‖² = −∇Φ·v (1/α − 1).
+  Woodbury, on PARDISO's factor: `--memory` extra solves), σ chosen so that the line search's α would have been the
+  minimum of the corrected quadratic model along v: σ‖v‖² = −∇Φ·v (1/α − 1).
 * `anderson`: Anderson acceleration (type II, the last `--memory` differences) of the iterates with the Newton step as
   their residual; its direction replaces the Newton step where it is a descent direction.
   Both judge convergence on the Newton step itself, as committed. (Host reads: a measurement, not a solver.)
@@ -125,7 +125,8 @@ def patched(variant: str, a):
         if len(X) < 2: return None
         dX, dF = np.diff(np.stack(X, 1), axis=1), np.diff(np.stack(F, 1), axis=1)
         A = dF.T @ dF
-        gamma = np.linalg.solve(A + 1e-10 * np.trace(A) * np.eye(len(A)) + 1e-300 * np.eye(len(A)), dF.T @ f)
+        ridge = (1e-10 * np.trace(A) + 1e-300) * np.eye(len(A))       # (1e-300: all differences zero)
+        gamma = np.linalg.solve(A + ridge, dF.T @ f)
         return f - (dX + dF) @ gamma
 
     def steered(system, z, dx, k=1.0):
