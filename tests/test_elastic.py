@@ -2,6 +2,7 @@
 autograd references, rest state and rigid motions, PSD projections, collapsed triangles,
 the hinge sign convention, the EnergyTerm slot contract and input validation."""
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -58,33 +59,34 @@ def _deformed(case, n, seed):
 
 
 def _fd_membrane(X, B, A, model, h=1e-7):
-    """Central-difference gradient of the energy and Jacobian of the exact gradient, per triangle."""
+    """Fourth-order central differences (steps ±h, ±2h) of the energy (the gradient) and of the exact gradient (the
+    Hessian), per triangle: second-order ones err by ~(h / height)² on a random sliver, 1e-6 at a height of 0.1 mm."""
     n = X.shape[0]
     flat = X.reshape(n, 9)
     gfd, Hfd = np.zeros((n, 9)), np.zeros((n, 9, 9))
     for i in range(9):
-        xp, xm = flat.copy(), flat.copy()
-        xp[:, i] += h
-        xm[:, i] -= h
-        ep, gp, _ = membrane_derivatives(xp.reshape(n, 3, 3), B, A, MU, LAM, model, hessian="exact")
-        em, gm, _ = membrane_derivatives(xm.reshape(n, 3, 3), B, A, MU, LAM, model, hessian="exact")
-        gfd[:, i] = (ep - em) / (2 * h)
-        Hfd[:, :, i] = (gp - gm).reshape(n, 9) / (2 * h)
+        e, g = {}, {}
+        for k in (-2, -1, 1, 2):
+            xk = flat.copy()
+            xk[:, i] += k * h
+            e[k], g[k], _ = membrane_derivatives(xk.reshape(n, 3, 3), B, A, MU, LAM, model, hessian="exact")
+        gfd[:, i] = (8 * (e[1] - e[-1]) - (e[2] - e[-2])) / (12 * h)
+        Hfd[:, :, i] = (8 * (g[1] - g[-1]) - (g[2] - g[-2])).reshape(n, 9) / (12 * h)
     return gfd, Hfd
 
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("case", ["random", "stretched", "compressed", "sheared"])
 def test_membrane_central_differences(model, case):
-    X0, X = _deformed(case, 12, seed=hash((model, case)) % 1000)
+    X0, X = _deformed(case, 12, seed=zlib.crc32(f"{model} {case}".encode()))   # the same triangles every run
     B, A = triangle_rest_shape(X0)
     e, g, H = membrane_derivatives(X, B, A, MU, LAM, model, hessian="exact")
     gfd, Hfd = _fd_membrane(X, B, A, model)
     g = g.reshape(-1, 9)
     grad_err = np.linalg.norm(gfd - g, axis=1) / np.linalg.norm(g, axis=1)
     hess_err = np.linalg.norm(Hfd - H, axis=(1, 2)) / np.linalg.norm(H, axis=(1, 2))
-    assert grad_err.max() < 1e-6, grad_err.max()
-    assert hess_err.max() < 1e-6, hess_err.max()
+    assert grad_err.max() < 1e-8, grad_err.max()      # fourth-order differences: ≤ 7e-10 over 1,000 seeds
+    assert hess_err.max() < 1e-8, hess_err.max()
     assert np.all(e > 0)
 
 
