@@ -26,6 +26,10 @@ Every variant patches the solver in this process only; the committed solver is t
 * `anderson`: Anderson acceleration (type II, the last `--memory` differences) of the iterates with the Newton step as
   their residual; its direction replaces the Newton step where it is a descent direction.
   Both judge convergence on the Newton step itself, as committed. (Host reads: a measurement, not a solver.)
+* `hinge-exact`: each hinge's full Hessian (the curvature of the angle itself, kθ wrap(θ − θ0) ∇²θ, included; torch
+  autograd on the host), projected to PSD per hinge, in place of the Gauss–Newton kθ ∇θ∇θᵀ.
+* `halve`: a step that follows one of more than `--halve-after` Newton iterations is taken as two steps of dt/2 from
+  the start (the prescribed particles halfway at the middle), as the solver does after a failure.
 
 `--settled` starts the membrane rule settled (absolute values, the exact form on trial), as a whole run at resolution
 2 or 4 leaves it after the fold; without it a resumed window starts the rule afresh (exact), as resolution 1 stays.
@@ -44,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 import newtonipc_nb.elastic as elastic_mod
 import newtonipc_nb.linear as linear_mod
@@ -54,7 +59,8 @@ WINDOWS = (2.0, 2.3, 5.4, 5.8, 6.2, 6.6, 8.0, 8.4, 9.38, 9.6)
 COUNTS = dict(refused=0, trials=0, refused_trials=0, clipped=0, steered=0)     # under the current variant
 VARIANTS = ("committed", "friction-sticky", "friction-exact", "shift-keep", "shift-tenth", "damped",
             "damped-converges", "barrier-exact", "membrane-absolute", "clip", "trial-wait16", "trial-near",
-            "trial-none", "always-absolute", "always-exact", "secant", "anderson")
+            "trial-none", "always-absolute", "always-exact", "secant", "anderson", "hinge-exact",
+            "halve")
 OPTIONS = {"always-absolute": dict(membrane_hessian="absolute"), "always-exact": dict(membrane_hessian="exact")}
 
 
@@ -187,13 +193,57 @@ def patched(variant: str, a):
     if variant == "trial-wait16": elastic_mod.TRIAL_WAIT_MAX = 16
     if variant == "trial-near": Rule.trial = near_trial
     if variant == "trial-none": Rule.trial = lambda rule: False
+    H, accumulate = elastic_mod.HingeTerm, elastic_mod.HingeTerm.accumulate
+    if variant == "hinge-exact": H.accumulate = lambda t, x, g, b, o: exact_hinge(accumulate, t, x, g, b, o)
+    advance = S._advance
+
+    def halved(s, xs, xe, v0, f, dt, level, st, checked=False):
+        "`halve`: a step after one that took more than `--halve-after` Newton iterations is taken as two halves."
+        if level == 0 and getattr(s, "_last_iterations", 0) > a.halve_after:
+            st.subdivisions += 1
+            xm = np.where(s._fixed_mask[:, None], 0.5 * (xs + xe), xs)    # prescribed particles: halfway
+            x, v = advance(s, xs, xm, v0, f, dt / 2, 1, st, checked)
+            x, v = advance(s, x, xe, v, f, dt / 2, 1, st, True)
+        else:
+            x, v = advance(s, xs, xe, v0, f, dt, level, st, checked)
+        if level == 0: s._last_iterations = st.newton_iterations
+        return x, v
+    if variant == "halve": S._advance = halved
 
     def restore():
         S._iteration, S._direction, solver_mod.factorise_shifted = iteration, direction, factorise_shifted
         linear_mod.NewtonSystem.unscale = unscale
         Rule.trial, Rule.tried, elastic_mod.TRIAL_WAIT_MAX = trial, tried, wait_max
+        H.accumulate, S._advance = accumulate, advance
         unsettle()
     return restore
+
+
+def hinge_energy(X, theta0, k):
+    "½ k wrap(θ − θ0)² of one hinge X (12,) in (a, b, c, d) order, the package's signed dihedral angle (torch)."
+    a, b, c, d = X.reshape(4, 3)
+    e = d - c
+    n1, n2 = torch.linalg.cross(c - a, d - a), torch.linalg.cross(d - b, c - b)
+    n1, n2 = n1 / n1.norm(), n2 / n2.norm()
+    theta = torch.atan2(torch.linalg.cross(n1, n2) @ (e / e.norm()), n1 @ n2)
+    w = torch.atan2(torch.sin(theta - theta0), torch.cos(theta - theta0))
+    return 0.5 * k * w * w
+
+
+def exact_hinge(accumulate, term, x, grad, blocks, offset):
+    """`hinge-exact`: each hinge's full Hessian (the angle's own curvature included, by torch autograd on the host),
+    projected to PSD by clamping its eigenvalues, in place of kθ ∇θ∇θᵀ. (Host reads: a measurement, not a solver.)"""
+    accumulate(term, x, grad, blocks, offset)
+    if not term.count: return
+    hinge = term.hinge.numpy()
+    X = torch.from_numpy(x.numpy()[hinge].reshape(-1, 12))
+    Hs = torch.func.vmap(torch.func.hessian(hinge_energy))(X, torch.from_numpy(term.theta0.numpy()),
+                                                         torch.from_numpy(term.k.numpy()))
+    lam, V = torch.linalg.eigh(torch.nan_to_num(Hs))
+    Hs = (V * lam.clamp(min=0)[:, None, :]) @ V.transpose(1, 2)
+    n = term.count
+    Hs = Hs.reshape(n, 4, 3, 4, 3).permute(0, 1, 3, 2, 4)          # block (i, j) of hinge h at slot 16 h + 4 i + j
+    blocks.vals.numpy()[offset:offset + 16 * n] = Hs.reshape(-1, 3, 3).numpy()
 
 
 def main():
@@ -206,6 +256,8 @@ def main():
     ap.add_argument("--clip-grow", type=float, default=2.0, help="`clip`: the radius's growth after a full step")
     ap.add_argument("--near", type=float, default=3.0, help="`trial-near`: the Newton step, in tolerances")
     ap.add_argument("--memory", type=int, default=4, help="`secant`, `anderson`: directions or differences kept")
+    ap.add_argument("--halve-after", type=int, default=12, 
+                    help="`halve`: Newton iterations of a step that halve the next")
     ap.add_argument("--settled", action="store_true", help="the membrane rule starts settled on absolute values")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "newton_variants.json")
     a = ap.parse_args()
@@ -226,7 +278,7 @@ def main():
     pd.set_option("display.width", 200)
     print(pd.DataFrame(rows).to_string(index=False))
     a.out.write_text(json.dumps(dict(run=a.run, settled=a.settled, damping=a.damping, clip_slack=a.clip_slack,
-                                     clip_grow=a.clip_grow, near=a.near, memory=a.memory,
+                                     clip_grow=a.clip_grow, near=a.near, memory=a.memory, halve_after=a.halve_after,
                                      rows=rows), indent=1))
     print(f"wrote {a.out}")
 
