@@ -10,7 +10,6 @@ import math
 import os
 
 import numpy as np
-import torch
 import warp as wp
 import warp.sparse as wps
 from warp.optim.linear import cg, preconditioner
@@ -459,8 +458,10 @@ def solve(self: PardisoSolver, system, out):
 
 # %% ../nbs/09_linear.ipynb #9af80274
 class _TorchSolver(LinearSolver):
-    "A solver fed torch tensors on the system's device: the full scalar CSR form, analysed per pattern."
+    """A solver fed torch tensors on the system's device: the full scalar CSR form, analysed per pattern. torch is
+    imported where it is used: PARDISO, the CPU default, never needs it, and its import costs a run ~1.5 s."""
     def analyse(self, system):
+        import torch
         self.csr = ScalarCSR(system, upper=False)
         self._dev = "cuda" if system.device.startswith("cuda") else "cpu"
         self._indptr, self._indices = (torch.from_numpy(a).to(self._dev) for a in (self.csr.indptr, self.csr.indices))
@@ -479,6 +480,7 @@ class CholespySolver(_TorchSolver):
             raise NotPositiveDefinite(f"cholespy: sparse Cholesky factorisation failed: {e}") from e
 
     def solve(self, system, out):
+        import torch
         x = torch.zeros(3 * system.n, dtype=torch.float64, device=self._dev)
         self._s.solve(wp.to_torch(system.rhs).reshape(-1), x)
         _check_solution(x.cpu().numpy(), self.name)
@@ -489,6 +491,7 @@ class DenseSolver(_TorchSolver):
     "Dense FP64 Cholesky in torch: the reference implementation's solver, O(N³); for small systems and checks."
     name = "dense"
     def factorise(self, system):
+        import torch
         n = 3 * system.n
         rows = torch.repeat_interleave(torch.arange(n, device=self._dev), torch.diff(self._indptr).long())
         A = torch.zeros((n, n), dtype=torch.float64, device=self._dev)
@@ -500,6 +503,7 @@ class DenseSolver(_TorchSolver):
         self._L = L
 
     def solve(self, system, out):
+        import torch
         x = torch.cholesky_solve(wp.to_torch(system.rhs).reshape(-1, 1), self._L)[:, 0]
         _check_solution(x.cpu().numpy(), self.name)
         self.stats["solves"] += 1
