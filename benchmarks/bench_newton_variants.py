@@ -30,6 +30,8 @@ Every variant patches the solver in this process only; the committed solver is t
   autograd on the host), projected to PSD per hinge, in place of the Gauss–Newton kθ ∇θ∇θᵀ.
 * `halve`: a step that follows one of more than `--halve-after` Newton iterations is taken as two steps of dt/2 from
   the start (the prescribed particles halfway at the middle), as the solver does after a failure.
+* `predict`: each step starts from x0 + dt (v0 + c (v0 − v_prev)) (c: `--predict`), the velocity extrapolated
+  linearly from the last two steps, in place of the constant-velocity guess x0 + dt v0 (the same CCD and halving).
 
 `--settled` starts the membrane rule settled (absolute values, the exact form on trial), as a whole run at resolution
 2 or 4 leaves it after the fold; without it a resumed window starts the rule afresh (exact), as resolution 1 stays.
@@ -60,7 +62,7 @@ COUNTS = dict(refused=0, trials=0, refused_trials=0, clipped=0, steered=0)     #
 VARIANTS = ("committed", "friction-sticky", "friction-exact", "shift-keep", "shift-tenth", "damped",
             "damped-converges", "barrier-exact", "membrane-absolute", "clip", "trial-wait16", "trial-near",
             "trial-none", "always-absolute", "always-exact", "secant", "anderson", "hinge-exact",
-            "halve")
+            "halve", "predict")
 OPTIONS = {"always-absolute": dict(membrane_hessian="absolute"), "always-exact": dict(membrane_hessian="exact")}
 
 
@@ -209,12 +211,20 @@ def patched(variant: str, a):
         if level == 0: s._last_iterations = st.newton_iterations
         return x, v
     if variant == "halve": S._advance = halved
+    extrapolate = S._extrapolate
+
+    def predicted(s, v0, dt, st, tries=4):
+        "`predict`: the step's guess from v0 + c (v0 − v_prev), the velocity extrapolated from the last two steps."
+        last, s._v_last = getattr(s, "_v_last", None), (v0.copy(), dt)
+        if last is not None and last[1] == dt: v0 = v0 + a.predict * (v0 - last[0])
+        return extrapolate(s, v0, dt, st, tries)
+    if variant == "predict": S._extrapolate = predicted
 
     def restore():
         S._iteration, S._direction, solver_mod.factorise_shifted = iteration, direction, factorise_shifted
         linear_mod.NewtonSystem.unscale = unscale
         Rule.trial, Rule.tried, elastic_mod.TRIAL_WAIT_MAX = trial, tried, wait_max
-        H.accumulate, S._advance = accumulate, advance
+        H.accumulate, S._advance, S._extrapolate = accumulate, advance, extrapolate
         unsettle()
     return restore
 
@@ -258,6 +268,7 @@ def main():
     ap.add_argument("--memory", type=int, default=4, help="`secant`, `anderson`: directions or differences kept")
     ap.add_argument("--halve-after", type=int, default=12, 
                     help="`halve`: Newton iterations of a step that halve the next")
+    ap.add_argument("--predict", type=float, default=1.0, help="`predict`: c in v0 + c (v0 − v_prev)")
     ap.add_argument("--settled", action="store_true", help="the membrane rule starts settled on absolute values")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "newton_variants.json")
     a = ap.parse_args()
@@ -279,6 +290,7 @@ def main():
     print(pd.DataFrame(rows).to_string(index=False))
     a.out.write_text(json.dumps(dict(run=a.run, settled=a.settled, damping=a.damping, clip_slack=a.clip_slack,
                                      clip_grow=a.clip_grow, near=a.near, memory=a.memory, halve_after=a.halve_after,
+                                     predict=a.predict,
                                      rows=rows), indent=1))
     print(f"wrote {a.out}")
 
