@@ -266,8 +266,7 @@ def main():
     ap.add_argument("--clip-grow", type=float, default=2.0, help="`clip`: the radius's growth after a full step")
     ap.add_argument("--near", type=float, default=3.0, help="`trial-near`: the Newton step, in tolerances")
     ap.add_argument("--memory", type=int, default=4, help="`secant`, `anderson`: directions or differences kept")
-    ap.add_argument("--halve-after", type=int, default=12, 
-                    help="`halve`: Newton iterations of a step that halve the next")
+    ap.add_argument("--halve-after", type=int, default=12, help="`halve`: a step's iterations that halve the next")
     ap.add_argument("--predict", type=float, default=1.0, help="`predict`: c in v0 + c (v0 − v_prev)")
     ap.add_argument("--settled", action="store_true", help="the membrane rule starts settled on absolute values")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "newton_variants.json")
