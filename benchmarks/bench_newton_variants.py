@@ -29,7 +29,7 @@ Every variant patches the solver in this process only; the committed solver is t
 * `hinge-exact`: each hinge's full Hessian (the curvature of the angle itself, kθ wrap(θ − θ0) ∇²θ, included; torch
   autograd on the host), projected to PSD per hinge, in place of the Gauss–Newton kθ ∇θ∇θᵀ.
 * `halve`: a step that follows one of more than `--halve-after` Newton iterations is taken as two steps of dt/2 from
-  the start (the prescribed particles halfway at the middle), as the solver does after a failure.
+  the start: its first attempt fails at once, and the solver's own subdivision halves it.
 * `predict`: each step starts from x0 + dt (v0 + c (v0 − v_prev)) (c: `--predict`), the velocity extrapolated
   linearly from the last two steps, in place of the constant-velocity guess x0 + dt v0 (the same CCD and halving).
 
@@ -197,20 +197,18 @@ def patched(variant: str, a):
     if variant == "trial-none": Rule.trial = lambda rule: False
     H, accumulate = elastic_mod.HingeTerm, elastic_mod.HingeTerm.accumulate
     if variant == "hinge-exact": H.accumulate = lambda t, x, g, b, o: exact_hinge(accumulate, t, x, g, b, o)
-    advance = S._advance
+    step, solve = S.step, S._solve
 
-    def halved(s, xs, xe, v0, f, dt, level, st, checked=False):
-        "`halve`: a step after one that took more than `--halve-after` Newton iterations is taken as two halves."
-        if level == 0 and getattr(s, "_last_iterations", 0) > a.halve_after:
-            st.subdivisions += 1
-            xm = np.where(s._fixed_mask[:, None], 0.5 * (xs + xe), xs)    # prescribed particles: halfway
-            x, v = advance(s, xs, xm, v0, f, dt / 2, 1, st, checked)
-            x, v = advance(s, x, xe, v, f, dt / 2, 1, st, True)
-        else:
-            x, v = advance(s, xs, xe, v0, f, dt, level, st, checked)
-        if level == 0: s._last_iterations = st.newton_iterations
-        return x, v
-    if variant == "halve": S._advance = halved
+    def stepped(s, *args):
+        step(s, *args)
+        s._last_iterations = s.last_stats.newton_iterations
+
+    def halved(s, xs, xe, v0, f, dt, st, checked=False):
+        "`halve`: a step's first attempt after a hard step fails at once, so that the solver's subdivision halves it."
+        if not st.failures and getattr(s, "_last_iterations", 0) > a.halve_after:
+            raise solver_mod.StepFailure(f"the last step took more than {a.halve_after} Newton iterations")
+        return solve(s, xs, xe, v0, f, dt, st, checked)
+    if variant == "halve": S.step, S._solve = stepped, halved
     extrapolate = S._extrapolate
 
     def predicted(s, v0, dt, st, tries=4):
@@ -224,7 +222,7 @@ def patched(variant: str, a):
         S._iteration, S._direction, solver_mod.factorise_shifted = iteration, direction, factorise_shifted
         linear_mod.NewtonSystem.unscale = unscale
         Rule.trial, Rule.tried, elastic_mod.TRIAL_WAIT_MAX = trial, tried, wait_max
-        H.accumulate, S._advance, S._extrapolate = accumulate, advance, extrapolate
+        H.accumulate, S.step, S._solve, S._extrapolate = accumulate, step, solve, extrapolate
         unsettle()
     return restore
 
