@@ -32,6 +32,9 @@ Every variant patches the solver in this process only; the committed solver is t
   the start: its first attempt fails at once, and the solver's own subdivision halves it.
 * `predict`: each step starts from x0 + dt (v0 + c (v0 − v_prev)) (c: `--predict`), the velocity extrapolated
   linearly from the last two steps, in place of the constant-velocity guess x0 + dt v0 (the same CCD and halving).
+* `shift-oracle`: a refused matrix is shifted by τ = c·(−λmin(D H D)) (c: `--oracle`), its smallest eigenvalue from a
+  dense eigen-solve, doubled while still refused, in place of the τ ladder: what a just-sufficient shift would do to
+  the iterations. (A dense eigen-solve per shifted iteration: a measurement, not a solver.)
 
 `--settled` starts the membrane rule settled (absolute values, the exact form on trial), as a whole run at resolution
 2 or 4 leaves it after the fold; without it a resumed window starts the rule afresh (exact), as resolution 1 stays.
@@ -41,7 +44,7 @@ included) and the exact membrane's trials (refused ones), and writes
 benchmarks/results/newton_variants.json (or `--out`).
 
     python benchmarks/bench_newton_variants.py RUN.npz [--windows 2.0 2.3 5.4 5.8 ...]
-        [--variants committed friction-sticky ...] [--damping 0.3] [--settled] [--near 3] [--memory 4]
+        [--variants committed friction-sticky ...] [--damping 0.3] [--settled] [--near 3] [--memory 4] [--oracle 1.1]
 """
 import argparse
 import json
@@ -50,6 +53,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import scipy.linalg
+import scipy.sparse as sp
 import torch
 
 import newtonipc_nb.elastic as elastic_mod
@@ -62,7 +67,7 @@ COUNTS = dict(refused=0, trials=0, refused_trials=0, clipped=0, steered=0)     #
 VARIANTS = ("committed", "friction-sticky", "friction-exact", "shift-keep", "shift-tenth", "damped",
             "damped-converges", "barrier-exact", "membrane-absolute", "clip", "trial-wait16", "trial-near",
             "trial-none", "always-absolute", "always-exact", "secant", "anderson", "hinge-exact",
-            "halve", "predict")
+            "halve", "predict", "shift-oracle")
 OPTIONS = {"always-absolute": dict(membrane_hessian="absolute"), "always-exact": dict(membrane_hessian="exact")}
 
 
@@ -79,7 +84,8 @@ def patched(variant: str, a):
         start = {"shift-keep": s._last_tau, "shift-tenth": s._last_tau / 10, "damped": s._damp,
                  "damped-converges": s._damp}.get(variant, 0.0)
         try:
-            if not (shift and start > 0): tau = factorise_shifted(linear, system, last, shift)
+            if variant == "shift-oracle" and shift: tau = oracle_shift(linear, system, a.oracle)
+            elif not (shift and start > 0): tau = factorise_shifted(linear, system, last, shift)
             else:
                 tau = start
                 while True:
@@ -227,6 +233,31 @@ def patched(variant: str, a):
     return restore
 
 
+def oracle_shift(linear, system, c):
+    "`shift-oracle`: τ = 0; refused, τ = c·(−λmin) of the equilibrated matrix (a dense eigen-solve), ×2 while refused."
+    system.shift(0.0)
+    try:
+        linear.prepare(system)
+        return 0.0
+    except linear_mod.NotPositiveDefinite:
+        linear.stats["indefinite"] += 1
+    csr = linear.csr                                # PARDISO's upper triangle, refreshed by the refused factorisation
+    U = sp.csr_matrix((csr.data.numpy(), csr.indices, csr.indptr), shape=csr.shape)
+    lam = scipy.linalg.eigh((U + U.T - sp.diags(U.diagonal())).toarray(), eigvals_only=True, subset_by_index=[0, 0])
+    tau = max(linear_mod.SHIFT_MIN, -c * float(lam[0]))
+    while True:
+        system.shift(tau)
+        try:
+            linear.prepare(system)
+            break
+        except linear_mod.NotPositiveDefinite:
+            linear.stats["indefinite"] += 1
+            if tau >= linear_mod.SHIFT_MAX: raise
+            tau *= 2
+    linear.stats["shifted"] += 1
+    return tau
+
+
 def hinge_energy(X, theta0, k):
     "½ k wrap(θ − θ0)² of one hinge X (12,) in (a, b, c, d) order, the package's signed dihedral angle (torch)."
     a, b, c, d = X.reshape(4, 3)
@@ -266,6 +297,7 @@ def main():
     ap.add_argument("--memory", type=int, default=4, help="`secant`, `anderson`: directions or differences kept")
     ap.add_argument("--halve-after", type=int, default=12, help="`halve`: a step's iterations that halve the next")
     ap.add_argument("--predict", type=float, default=1.0, help="`predict`: c in v0 + c (v0 − v_prev)")
+    ap.add_argument("--oracle", type=float, default=1.1, help="`shift-oracle`: c in τ = c·(−λmin)")
     ap.add_argument("--settled", action="store_true", help="the membrane rule starts settled on absolute values")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "newton_variants.json")
     a = ap.parse_args()
