@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 import ctypes
+import glob
 import math
 import os
+import sys
 
 import numpy as np
 import warp as wp
@@ -28,9 +30,9 @@ class PatternIncomplete(LinearSolveError):
 
 # %% auto #0
 __all__ = ['MKL_CBWR_AUTO', 'REUSE_CG', 'CG_DIGITS', 'LINEAR_SOLVERS', 'SHIFT_MIN', 'SHIFT_MAX', 'LinearSolveError',
-           'NotPositiveDefinite', 'PatternIncomplete', 'NewtonSystem', 'ScalarCSR', 'LinearSolver', 'pardiso_handle',
-           'PardisoSolver', 'CholespySolver', 'DenseSolver', 'PCGSolver', 'make_linear_solver', 'system_from_bsr',
-           'solve_linear', 'factorise_shifted']
+           'NotPositiveDefinite', 'PatternIncomplete', 'NewtonSystem', 'ScalarCSR', 'LinearSolver', 'import_pypardiso',
+           'pardiso_handle', 'PardisoSolver', 'CholespySolver', 'DenseSolver', 'PCGSolver', 'make_linear_solver',
+           'system_from_bsr', 'solve_linear', 'factorise_shifted']
 
 # %% ../nbs/09_linear.ipynb #28ba7bc0
 @wp.func
@@ -345,6 +347,21 @@ def _check_solution(x: np.ndarray, name: str):
 # %% ../nbs/09_linear.ipynb #f9f0dabf
 MKL_CBWR_AUTO = 2          # mkl_cbwr.h (1 is MKL_CBWR_BRANCH_OFF): reproducible on this CPU's best instruction set
 
+def import_pypardiso():
+    "pypardiso, with MKL's runtime named for it where the mkl wheel installed it (see above)."
+    if "PYPARDISO_MKL_RT" not in os.environ:
+        found = (glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.*"))
+                 + glob.glob(os.path.join(sys.prefix, "Library", "bin", "mkl_rt*.dll")))
+        for path in sorted(found, key=len):         # shortest first, as pypardiso tries them
+            try:
+                ctypes.CDLL(path)
+            except OSError:
+                continue
+            os.environ["PYPARDISO_MKL_RT"] = path
+            break
+    import pypardiso
+    return pypardiso
+
 def pardiso_handle(pypardiso):
     "A pypardiso handle for a real SPD matrix in upper CSR: MKL's defaults without iterative refinement (see above)."
     ps = pypardiso.PyPardisoSolver(mtype=2)
@@ -354,7 +371,7 @@ def pardiso_handle(pypardiso):
     mkl.pardisoinit(ps.pt.ctypes.data_as(ctypes.c_void_p), ctypes.byref(ctypes.c_int32(2)),
                     ps.iparm.ctypes.data_as(ctypes.c_void_p))
     ps.iparm[7] = 0        # no refinement steps: the factor alone solves these systems to ~1e-13
-    # pypardiso searches the whole environment for MKL (~0.3 s) unless told where it is: tell the next solvers
+    # where `import_pypardiso` found no library, pypardiso searched: tell the next handles what it found
     os.environ.setdefault("PYPARDISO_MKL_RT", mkl._name)
     return ps
 
@@ -374,7 +391,7 @@ class PardisoSolver(LinearSolver):
         for key, v, low in (("threads", threads, 1), ("reuse", reuse, 0)):
             if (v is not None or key == "reuse") and not (isinstance(v, int) and v >= low):
                 raise ValueError(f"PardisoSolver: {key} must be an integer ≥ {low}, got {v!r}")
-        import pypardiso
+        pypardiso = import_pypardiso()
         self._pypardiso, self.threads, self.reuse, self._ps = pypardiso, threads, reuse, None
         self._n = 0                         # the size of the analysed pattern; 0: nothing held by PARDISO to release
         self.stats.update(reused=0, cg_iterations=0)

@@ -1,6 +1,8 @@
 """The Newton system's kept pattern and the linear solvers as objects: growth, shrinking, hints, and solver options."""
 import ctypes
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -148,3 +150,23 @@ def test_pardiso_solves_from_its_factor_alone():
     assert "MKL_CBWR" in os.environ or solver._ps.libmkl.MKL_CBWR_Get(ctypes.c_int(-1)) == MKL_CBWR_AUTO
     A, rhs = dense(ns), ns.rhs.numpy().reshape(-1)
     assert np.linalg.norm(A @ z.numpy().reshape(-1) - rhs) <= 1e-13 * np.linalg.norm(rhs)
+
+
+def _mkl_names(env):
+    "In a fresh interpreter with `env`: the MKL runtime `import_pypardiso` names, and the one a PARDISO handle loads."
+    code = ("import os; from newtonipc_nb.linear import import_pypardiso, pardiso_handle; p = import_pypardiso(); "
+            "print(os.environ['PYPARDISO_MKL_RT']); print(pardiso_handle(p).libmkl._name)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()[-2:]
+
+
+def test_pypardiso_is_told_where_mkl_is():
+    """`import_pypardiso` names the MKL runtime that the mkl wheel put beside this Python, so pypardiso does not walk
+    the whole installation for it (at import and again for each handle): the file named is the one PARDISO loads. A
+    name the user set is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "PYPARDISO_MKL_RT"}
+    named, loaded = _mkl_names(env)
+    assert os.path.samefile(named, loaded) and os.path.commonpath([named, sys.prefix]) == sys.prefix
+    users = os.path.join(os.path.dirname(named), ".", os.path.basename(named))      # the same file, spelled apart
+    assert _mkl_names({**env, "PYPARDISO_MKL_RT": users}) == [users, users]
