@@ -86,18 +86,7 @@ def patched(variant: str, a):
         try:
             if variant == "shift-oracle" and shift: tau = oracle_shift(linear, system, a.oracle)
             elif not (shift and start > 0): tau = factorise_shifted(linear, system, last, shift)
-            else:
-                tau = start
-                while True:
-                    system.shift(tau)
-                    try:
-                        linear.prepare(system)
-                        break
-                    except linear_mod.NotPositiveDefinite:
-                        linear.stats["indefinite"] += 1
-                        if tau >= linear_mod.SHIFT_MAX: raise
-                        tau *= 10
-                linear.stats["shifted"] += 1
+            else: tau = climb(linear, system, start, 10)
         finally:                                    # a refused trial raises: counted too
             COUNTS["refused"] += linear.stats["indefinite"] - refused
         s._last_tau = tau
@@ -244,7 +233,11 @@ def oracle_shift(linear, system, c):
     csr = linear.csr                                # PARDISO's upper triangle, refreshed by the refused factorisation
     U = sp.csr_matrix((csr.data.numpy(), csr.indices, csr.indptr), shape=csr.shape)
     lam = scipy.linalg.eigh((U + U.T - sp.diags(U.diagonal())).toarray(), eigvals_only=True, subset_by_index=[0, 0])
-    tau = max(linear_mod.SHIFT_MIN, -c * float(lam[0]))
+    return climb(linear, system, max(linear_mod.SHIFT_MIN, -c * float(lam[0])), 2)
+
+
+def climb(linear, system, tau, factor):
+    "Factorise the system shifted by τ I, τ × `factor` at each refusal (past SHIFT_MAX the refusal is raised)."
     while True:
         system.shift(tau)
         try:
@@ -253,7 +246,7 @@ def oracle_shift(linear, system, c):
         except linear_mod.NotPositiveDefinite:
             linear.stats["indefinite"] += 1
             if tau >= linear_mod.SHIFT_MAX: raise
-            tau *= 2
+            tau *= factor
     linear.stats["shifted"] += 1
     return tau
 
