@@ -24,20 +24,20 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pypardiso
 import scipy.sparse as sp
 import warp as wp
 import warp.sparse as wps
 
 from bench_linear import median_ms, settle_membrane_rule, systems_of_saved_run, window_steps
 from bench_pardiso_settings import call
-from newtonipc_nb.linear import NotPositiveDefinite, PardisoSolver, PatternIncomplete, ScalarCSR, pardiso_handle
+from newtonipc_nb.linear import (NotPositiveDefinite, PardisoSolver, PatternIncomplete, ScalarCSR, import_pypardiso,
+                                 pardiso_handle)
 
 REFINE_STEPS = 8
 
 
 def handle(single: bool):
-    ps = pardiso_handle(pypardiso)
+    ps = pardiso_handle(import_pypardiso())
     ps.iparm[27] = int(single)
     return ps
 

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pypardiso
 import scipy.sparse as sp
 
 from bench_linear import median_ms, systems_of_saved_run
-from newtonipc_nb.linear import NotPositiveDefinite, ScalarCSR, pardiso_handle, system_from_bsr
+from newtonipc_nb.linear import NotPositiveDefinite, ScalarCSR, import_pypardiso, pardiso_handle, system_from_bsr
 
 SETTINGS = {"default": {}, "parallel nested dissection": {1: 3}, "minimum degree": {1: 0},
             "two-level factorisation": {23: 1}, "3×3 blocks (BSR)": {36: 3}}
@@ -61,7 +60,7 @@ def measure(system, repeat: int) -> list[dict]:
     b = np.random.default_rng(0).standard_normal(n)
     rows = []
     for name, settings in SETTINGS.items():
-        ps = pardiso_handle(pypardiso)
+        ps = pardiso_handle(import_pypardiso())
         for k, v in settings.items(): ps.iparm[k] = v
         if 36 in settings: (data, ia, ja), m = upper_blocks(A.tocsr()), n // 3
         else: data, ia, ja, m = U.data.copy(), (U.indptr + 1).astype(np.int32), (U.indices + 1).astype(np.int32), n
