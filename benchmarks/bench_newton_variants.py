@@ -230,7 +230,8 @@ def oracle_shift(linear, system, c):
         return 0.0
     except linear_mod.NotPositiveDefinite:
         linear.stats["indefinite"] += 1
-    csr = linear.csr                                # PARDISO's upper triangle, refreshed by the refused factorisation
+    csr = getattr(linear, "csr", None)              # PARDISO's upper triangle, refreshed by the refused factorisation
+    if csr is None: raise SystemExit(f"shift-oracle reads PARDISO's matrix; this run's linear solver is {linear.name}")
     U = sp.csr_matrix((csr.data.numpy(), csr.indices, csr.indptr), shape=csr.shape)
     lam = scipy.linalg.eigh((U + U.T - sp.diags(U.diagonal())).toarray(), eigvals_only=True, subset_by_index=[0, 0])
     return climb(linear, system, max(linear_mod.SHIFT_MIN, -c * float(lam[0])), 2)
