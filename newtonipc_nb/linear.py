@@ -29,7 +29,7 @@ class PatternIncomplete(LinearSolveError):
     "A block was scattered outside the pattern: the pattern must grow (`NewtonSystem.settle`) before a factorisation."
 
 # %% auto #0
-__all__ = ['MKL_CBWR_AUTO', 'REUSE_CG', 'CG_DIGITS', 'LINEAR_SOLVERS', 'SHIFT_MIN', 'SHIFT_MAX', 'LinearSolveError',
+__all__ = ['SHRINK_AT', 'MKL_CBWR_AUTO', 'REUSE_CG', 'CG_DIGITS', 'LINEAR_SOLVERS', 'SHIFT_MIN', 'SHIFT_MAX', 'LinearSolveError',
            'NotPositiveDefinite', 'PatternIncomplete', 'NewtonSystem', 'ScalarCSR', 'LinearSolver', 'import_pypardiso',
            'pardiso_handle', 'PardisoSolver', 'CholespySolver', 'DenseSolver', 'PCGSolver', 'make_linear_solver',
            'system_from_bsr', 'solve_linear', 'factorise_shifted']
@@ -208,17 +208,20 @@ def scatter(self: NewtonSystem, blocks: HessianBlocks, count: int) -> None:
     wp.launch(_finish_diagonal, dim=self.n, device=self.device,
               inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
 
+SHRINK_AT = 1.1    # a grown pattern past this many times its last fresh size shrinks to the blocks in hand
+
 @patch
 def settle(self: NewtonSystem, flags) -> bool:
     """Take `flags` read back after `scatter`. True when every block was in the pattern; else the pattern grows to the
-    union with the scattered triplets' blocks, or, once that union is 1.5× the size of the last pattern built from
-    triplets alone, shrinks to these triplets' blocks, and the triplets must be scattered again (False)."""
+    union with the scattered triplets' blocks, or, once that union is more than `SHRINK_AT` times the size of the last
+    pattern built from triplets alone, shrinks to these triplets' blocks, and the triplets must be scattered again
+    (False)."""
     missed, bad = (int(v) for v in flags)
     if missed == 0:
         self._checked = bad
         return True
     union = np.union1d(self._keys, self._triplet_keys(*self._scattered, missed=True))    # a few new blocks
-    shrink = len(union) > 1.5 * self._fresh_nnz
+    shrink = len(union) > SHRINK_AT * self._fresh_nnz
     self._set_pattern(self._triplet_keys(*self._scattered) if shrink else union)
     if shrink: self._fresh_nnz = self.nnz
     return False

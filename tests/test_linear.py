@@ -9,8 +9,8 @@ import pytest
 import warp as wp
 
 from newtonipc_nb.terms import HessianBlocks
-from newtonipc_nb.linear import (LINEAR_SOLVERS, MKL_CBWR_AUTO, NewtonSystem, NotPositiveDefinite, PardisoSolver,
-                                 PatternIncomplete, make_linear_solver)
+from newtonipc_nb.linear import (LINEAR_SOLVERS, MKL_CBWR_AUTO, SHRINK_AT, NewtonSystem, NotPositiveDefinite,
+                                 PardisoSolver, PatternIncomplete, make_linear_solver)
 from newtonipc_nb.solver import SolverIPC
 from newtonipc_nb.scenes.reference import hinge_scene
 
@@ -41,11 +41,12 @@ def test_pattern_grows_on_a_miss_and_shrinks_when_stale():
     # a subset fits: kept, stale blocks zero
     assert not ns.assemble(blocks(chain[:n]), n)
     np.testing.assert_allclose(dense(ns), dense_of(chain[:n], n))
-    few = chain[:n] + [(0, 2), (2, 0)]
-    # grown to the union (18 ≤ 1.5 × 16)
-    assert ns.assemble(blocks(few), len(few)) and ns.nnz == len(chain) + 2
+    few = chain[:n] + [(0, 2)]
+    # grown to the union (17 ≤ SHRINK_AT × 16)
+    assert len(chain) + 1 <= SHRINK_AT * len(chain)
+    assert ns.assemble(blocks(few), len(few)) and ns.nnz == len(chain) + 1
     far = [(i, i) for i in range(n)] + [(i, j) for i in range(n) for j in range(n) if abs(i - j) >= 2]
-    # the union (36) is > 1.5 × 16: shrunk to these
+    # the union (36) is > SHRINK_AT × 16: shrunk to these
     assert ns.assemble(blocks(far), len(far)) and ns.nnz == len(far)
     np.testing.assert_allclose(dense(ns), dense_of(far, n))
 
