@@ -388,7 +388,8 @@ def _hinge_geometry(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d):
 # %% ../nbs/02_membrane_bending.ipynb #1f22abad
 @wp.func
 def _wrap(x: wp.float64) -> wp.float64:
-    return wp.atan2(wp.sin(x), wp.cos(x))
+    two_pi = wp.float64(6.283185307179586)
+    return x - two_pi * wp.round(x / two_pi)
 
 @wp.func
 def _pick4(i: int, v0: wp.vec3d, v1: wp.vec3d, v2: wp.vec3d, v3: wp.vec3d) -> wp.vec3d:

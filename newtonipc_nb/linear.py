@@ -277,13 +277,10 @@ def unscale(self: NewtonSystem, z: wp.array, dx: wp.array, k: float = 1.0):
 
 # %% ../nbs/09_linear.ipynb #9c699a70
 @wp.kernel
-def _gather(values: wp.array(dtype=wp.mat33d), index: wp.array(dtype=wp.int32), out: wp.array(dtype=wp.float64)):
-    "out[k] = the scalar entry index[k] = 9·block + 3·row + column of the block values."
+def _gather(values: wp.array(dtype=wp.float64), index: wp.array(dtype=wp.int32), out: wp.array(dtype=wp.float64)):
+    "out[k] = values[index[k]], the block values read as one flat array of scalars (9·block + 3·row + column)."
     k = wp.tid()
-    e = index[k]
-    s = e // 9
-    a = (e // 3) % 3
-    out[k] = values[s][a, e % 3]
+    out[k] = values[index[k]]
 
 class ScalarCSR:
     "The scalar CSR form (upper triangle, or full) of a block pattern, refreshed from the block values by one gather."
@@ -307,8 +304,8 @@ class ScalarCSR:
 
     def refresh(self) -> wp.array:
         "Copy the current block values into `data`."
-        wp.launch(_gather, dim=len(self.indices), device=self._system.device,
-                  inputs=[self._system.H.values, self._src, self.data])
+        flat = self._system.H.values.view(wp.float64).flatten()  # a view: one plain load per entry, no index arithmetic
+        wp.launch(_gather, dim=len(self.indices), device=self._system.device, inputs=[flat, self._src, self.data])
         return self.data
 
 # %% ../nbs/09_linear.ipynb #8f66a00e
