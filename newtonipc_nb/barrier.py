@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from .candidates import ContactSet
 from .checks import vec3d_array
 from .distances import KIND_EE, KIND_SF, KIND_VP, KIND_VT, candidate_weights, weighted_sum
-from .terms import EnergyTerm, HessianBlocks, add_gradient, read_back, skip_block, write_block
+from .terms import EnergyTerm, HessianBlocks, add_gradient, launch, read_back, skip_block, write_block
 
 # %% auto #0
 __all__ = ['HESSIAN_MODES', 'barrier', 'barrier_d1', 'barrier_d2', 'barrier_values', 'psd_projection5', 'BarrierTerm']
@@ -64,7 +64,7 @@ def barrier_values(g, dhat: float = 1e-3, kappa: float = 1000.0, device=None) ->
     g = np.ascontiguousarray(np.asarray(g, dtype=np.float64).reshape(-1))
     out = wp.zeros((len(g), 3), dtype=wp.float64, device=device)
     if len(g):
-        wp.launch(_barrier_values_kernel, dim=len(g),
+        launch(_barrier_values_kernel, dim=len(g),
                   inputs=[wp.array(g, dtype=wp.float64, device=device),
                           wp.float64(dhat),
                           wp.float64(kappa)], outputs=[out], device=device)
@@ -458,7 +458,7 @@ class BarrierTerm(EnergyTerm):
         self._check_x(x, cs)
         out = wp.zeros(max(cs.count, 1), dtype=wp.float64, device=cs.device)
         if cs.count:
-            wp.launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[out],
+            launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[out],
                       device=cs.device)
         return out.numpy()[: cs.count]
 
@@ -493,11 +493,11 @@ def add_energy(self: BarrierTerm, x: wp.array, out: wp.array, contacts: ContactS
     if contacts is None and self._scope is not None and self._scope_count is not None:
         n = min(self.contacts.count, cs.capacity)
         if n:
-            wp.launch(_barrier_energy_counted_kernel, dim=n, device=cs.device,
+            launch(_barrier_energy_counted_kernel, dim=n, device=cs.device,
                       inputs=[x, cs.pairs, cs.kind, cs.offset, self._scope_count,
                               wp.float64(self.dhat), wp.float64(self.kappa)], outputs=[out])
     elif cs.count:
-        wp.launch(_barrier_energy_kernel, dim=cs.count, device=cs.device,
+        launch(_barrier_energy_kernel, dim=cs.count, device=cs.device,
                   inputs=[x, cs.pairs, cs.kind, cs.offset,
                           wp.float64(self.dhat),
                           wp.float64(self.kappa)], outputs=[out])
@@ -513,14 +513,14 @@ def _screen(self: BarrierTerm, x: wp.array, cs: ContactSet, scalars: wp.array, f
     scalars.zero_()
     same = self._ref_of == (cs, cs.version, cs.count) and self._ref_x is not None and self._ref_x.shape == x.shape
     if same and not full:
-        wp.launch(_motion_kernel, dim=x.shape[0], inputs=[x, self._ref_x, scalars], device=cs.device)
+        launch(_motion_kernel, dim=x.shape[0], inputs=[x, self._ref_x, scalars], device=cs.device)
         return 1
     self._ref_of = None         # the reference is rewritten: a rewrite cut short must not be taken for a whole one
     if self._ref_gaps.shape[0] < cs.count:
         self._ref_gaps = wp.zeros(int(1.5 * cs.count) + 16, dtype=wp.float64, device=cs.device)
         self._active = wp.zeros(self._ref_gaps.shape[0], dtype=wp.int32, device=cs.device)
     if cs.count:
-        wp.launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[self._ref_gaps],
+        launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[self._ref_gaps],
                   device=cs.device)
     if self._ref_x is None or self._ref_x.shape != x.shape: self._ref_x = wp.empty_like(x)
     wp.copy(self._ref_x, x)
@@ -546,13 +546,13 @@ def prepare(self: BarrierTerm, x: wp.array) -> None:
     use = self._screen(x, cs, self.prepared_scalars)
     self._active_count.zero_()
     if cs.count:
-        wp.launch(
+        launch(
             _screened_active_kernel, dim=cs.count, device=cs.device, inputs=[
                 x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
                 wp.int32(use), self.prepared_scalars,
                 wp.float64(self.dhat)
             ], outputs=[self._active_count, self._active])
-    wp.launch(_pack_count, dim=1, inputs=[self._active_count, self._no_flag, self.prepared_scalars], device=cs.device)
+    launch(_pack_count, dim=1, inputs=[self._active_count, self._no_flag, self.prepared_scalars], device=cs.device)
     # slots for the restricted set, at most twice the last active count and 4,096 more: a near set inflated by a long
     # Newton direction would otherwise reserve 16 blocks per candidate; after an overflow, the count just read rules
     cap, scope = 2 * self._active_n + 4096, self._scope
@@ -581,13 +581,13 @@ def near_launch(self: BarrierTerm, x: wp.array, reach: wp.array, out: ContactSet
     if out is None or out.capacity < cs.count: out = ContactSet.allocate(max(cs.count, 1), device=cs.device)
     self._near_count.zero_()
     if cs.count:
-        wp.launch(
+        launch(
             _screened_near_kernel, dim=cs.count, device=cs.device, inputs=[
                 x, cs.pairs, cs.kind, cs.offset, self._ref_gaps,
                 wp.int32(use), self.near_scalars,
                 wp.float64(self.dhat), reach
             ], outputs=[self._near_count, out.pairs, out.kind, out.offset])
-    wp.launch(_pack_count, dim=1, inputs=[self._near_count, self._no_flag if flag is None else flag, self.near_scalars],
+    launch(_pack_count, dim=1, inputs=[self._near_count, self._no_flag if flag is None else flag, self.near_scalars],
               device=cs.device)
     return out
 
@@ -639,7 +639,7 @@ def accumulate(self: BarrierTerm, x: wp.array, grad: wp.array, blocks: HessianBl
     if offset < 0 or offset + 16 * m > len(blocks):
         raise ValueError(f"BarrierTerm: blocks [{offset}, {offset + 16 * m}) do not fit a buffer of {len(blocks)}")
     if m == 0: return
-    wp.launch(
+    launch(
         _barrier_accumulate_kernel, dim=m, device=cs.device, inputs=[
             x, cs.pairs, cs.kind, cs.offset,
             wp.float64(self.dhat),

@@ -12,6 +12,7 @@ import warp as wp
 from fastcore.basics import patch
 
 from .checks import vec3d_array
+from .terms import launch
 from .distances import KIND_EE, KIND_NAMES, KIND_SS
 from .inputs import IPCModel
 
@@ -336,7 +337,7 @@ def covers_launch(self: CandidateSearch, x_start: wp.array, x_end: wp.array | No
     x_end = x_start if x_end is None else vec3d_array(x_end, "x_end", fn="CandidateSearch", n=self.n,
                                                       device=self.device, same_device=True)
     self._flag.zero_()
-    wp.launch(_outside_boxes, dim=self.n, inputs=[x_start, x_end, self.lo, self.hi], outputs=[self._flag],
+    launch(_outside_boxes, dim=self.n, inputs=[x_start, x_end, self.lo, self.hi], outputs=[self._flag],
               device=self.device)
     return self._flag
 
@@ -362,7 +363,7 @@ def build(self: CandidateSearch, x_start: wp.array, x_end: wp.array | None = Non
     # boxes, trees and candidates change together: a build cut short (an interrupt) leaves no set to reuse
     self.built, self.built_from = False, None
     self._flag.zero_()
-    wp.launch(_particle_boxes, dim=self.n, inputs=[x_start, x_end, wp.float64(self.skin)],
+    launch(_particle_boxes, dim=self.n, inputs=[x_start, x_end, wp.float64(self.skin)],
               outputs=[self.lo, self.hi, self._flag], device=d)
     bad = int(self._flag.numpy()[0])
     if bad:
@@ -370,12 +371,12 @@ def build(self: CandidateSearch, x_start: wp.array, x_end: wp.array | None = Non
         raise ValueError(f"CandidateSearch: particle {bad - 1} has a non-finite start or end position")
     T, E = self.tri.shape[0], self.edge.shape[0]
     if T:
-        wp.launch(_primitive_boxes, dim=T, inputs=[self.tri, self.lo, self.hi], outputs=[self._tri_lo, self._tri_hi],
+        launch(_primitive_boxes, dim=T, inputs=[self.tri, self.lo, self.hi], outputs=[self._tri_lo, self._tri_hi],
                   device=d)
         if self._tri_bvh is None: self._tri_bvh = wp.Bvh(self._tri_lo, self._tri_hi)
         else: self._tri_bvh.rebuild()
     if E:
-        wp.launch(_edge_boxes, dim=E, inputs=[self.edge, self.edge_radius, self.lo, self.hi],
+        launch(_edge_boxes, dim=E, inputs=[self.edge, self.edge_radius, self.lo, self.hi],
                   outputs=[self._edge_lo, self._edge_hi], device=d)
         if self._edge_bvh is None: self._edge_bvh = wp.Bvh(self._edge_lo, self._edge_hi)
         else: self._edge_bvh.rebuild()
@@ -406,21 +407,21 @@ def _query(self: CandidateSearch) -> int:
     out = [self._counter, cs.pairs, cs.kind, cs.offset]
     self._counter.zero_()
     if self.tri.shape[0]:
-        wp.launch(_query_vt, dim=self.tri_vertices.shape[0], device=d, outputs=out,
+        launch(_query_vt, dim=self.tri_vertices.shape[0], device=d, outputs=out,
                   inputs=[self._tri_bvh.id, self.tri_vertices, self.tri, self.fixed, self.lo, self.hi, delta, mg, cap])
     if self.edge.shape[0]:
-        wp.launch(_query_ee, dim=self.edge.shape[0], device=d, outputs=out,
+        launch(_query_ee, dim=self.edge.shape[0], device=d, outputs=out,
                   inputs=[self._edge_bvh.id, self.edge, self.edge_radius, self.fixed, self.lo, self.hi, delta, mg, cap])
     if self.sphere.shape[0]:
         has_tri = self.tri.shape[0] > 0
-        wp.launch(
+        launch(
             _query_spheres, dim=self.sphere.shape[0], device=d, outputs=out, inputs=[
                 self._tri_bvh.id if has_tri else wp.uint64(0),
                 wp.int32(has_tri), self.sphere, self.radius, self.tri, self.axis, self.edge, self.edge_radius,
                 self.fixed, self.lo, self.hi, delta, mg, cap
             ])
     if self.planes.shape[0] and self.plane_clients.shape[0]:
-        wp.launch(_query_planes, dim=self.plane_clients.shape[0], device=d, outputs=out,
+        launch(_query_planes, dim=self.plane_clients.shape[0], device=d, outputs=out,
                   inputs=[self.plane_clients, self.radius, self.fixed, self.planes, self.plane_normals, self.plane_pad,
                           self.lo, self.hi, delta, mg, cap])
     return int(self._counter.numpy()[0])

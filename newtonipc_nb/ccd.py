@@ -13,7 +13,7 @@ import warp as wp
 
 from .candidates import ContactSet
 from .checks import choice, float_array, non_negative, option, vec3d_array
-from .terms import read_back
+from .terms import launch, read_back
 from .distances import KIND_EE, KIND_SF, KIND_SS, KIND_VP, KIND_VT, candidate_weights, weighted_sum
 
 # %% auto #0
@@ -169,7 +169,7 @@ def _batch_toi(x0, x1, kind, min_gap, eta, max_iter, device, name, iterations=Fa
     if n == 0: return (np.zeros(0), np.zeros(0, np.int64)) if iterations else np.zeros(0)
     d = wp.get_device(device)
     out = wp.zeros(n, dtype=wp.vec2d, device=d)
-    wp.launch(_accd_batch_kernel, dim=n, device=d, outputs=[out],
+    launch(_accd_batch_kernel, dim=n, device=d, outputs=[out],
               inputs=[wp.array(a, dtype=wp.vec3d, device=d), wp.array(b, dtype=wp.vec3d, device=d), wp.int32(kind),
                       wp.float64(min_gap), wp.float64(eta), wp.int32(max_iter)])
     o = out.numpy()
@@ -218,11 +218,11 @@ def candidate_step_bounds(contacts: ContactSet, x, dx, *, method: str = "accd", 
     if method == "accd":
         _check_accd_args(0.0, eta, max_iter, "step_bound")
         out = wp.zeros(m, dtype=wp.vec2d, device=d)
-        wp.launch(_accd_contacts_kernel, dim=m, device=d, outputs=[out],
+        launch(_accd_contacts_kernel, dim=m, device=d, outputs=[out],
                   inputs=[xa, dxa, cs.pairs, cs.kind, cs.offset, wp.float64(eta), wp.int32(max_iter)])
         return out.numpy()[:, 0].copy()
     out = wp.zeros(m, dtype=wp.float64, device=d)
-    wp.launch(_normal_bound_kernel, dim=m, device=d, inputs=[xa, dxa, cs.pairs, cs.kind, cs.offset], outputs=[out])
+    launch(_normal_bound_kernel, dim=m, device=d, inputs=[xa, dxa, cs.pairs, cs.kind, cs.offset], outputs=[out])
     r = out.numpy().copy()
     r[r >= 1e300] = np.inf
     return r
@@ -298,13 +298,13 @@ class DeviceStepBound:
         args = [x, dx, cs.pairs, cs.kind, cs.offset]
         if self.method == "accd":
             args += [wp.float64(self.eta), wp.int32(self.max_iter)]
-            wp.launch(_accd_contacts_kernel if count is None else _accd_counted_kernel, dim=m, device=d,
+            launch(_accd_contacts_kernel if count is None else _accd_counted_kernel, dim=m, device=d,
                       inputs=args if count is None else args + [count], outputs=[self._bounds])
-            wp.launch(_min_toi, dim=m, inputs=[self._bounds, out], device=d)
+            launch(_min_toi, dim=m, inputs=[self._bounds, out], device=d)
         else:
-            wp.launch(_normal_bound_kernel if count is None else _normal_bound_counted_kernel, dim=m, device=d,
+            launch(_normal_bound_kernel if count is None else _normal_bound_counted_kernel, dim=m, device=d,
                       inputs=args if count is None else args + [count], outputs=[self._bounds])
-            wp.launch(_min_bound, dim=m, inputs=[self._bounds, out], device=d)
+            launch(_min_bound, dim=m, inputs=[self._bounds, out], device=d)
 
 def step_bound(contacts: ContactSet, x, dx, *, method: str = "accd", eta: float = ACCD_ETA,
                max_iter: int = ACCD_MAX_ITER, device=None) -> float:
@@ -342,7 +342,7 @@ def fp32_gaps(contacts: ContactSet, x64, device=None, *, tolerance: bool = False
     cs = contacts if str(contacts.device) == str(d) else ContactSet.from_numpy(*contacts.numpy(), device=d)
     gap = wp.zeros(m, dtype=wp.float64, device=d)
     tol = wp.zeros(m, dtype=wp.float64, device=d)
-    wp.launch(_fp32_gap_kernel, dim=m, device=d, inputs=[xa, cs.pairs, cs.kind, cs.offset], outputs=[gap, tol])
+    launch(_fp32_gap_kernel, dim=m, device=d, inputs=[xa, cs.pairs, cs.kind, cs.offset], outputs=[gap, tol])
     return (gap.numpy().copy(), tol.numpy().copy()) if tolerance else gap.numpy().copy()
 
 def fp32_gap_check(contacts: ContactSet, x64, device=None) -> tuple[bool, float, int]:

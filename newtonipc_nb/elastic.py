@@ -13,7 +13,7 @@ import warp as wp
 
 from .checks import choice, float_array, per_element
 from .inputs import IPCModel, add_mesh, mat32d, set_hinge_stiffness
-from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays
+from .terms import ElementEnergyTerm, HessianBlocks, check_term_arrays, launch
 
 # %% auto #0
 __all__ = ['MEMBRANE_MODELS', 'MEMBRANE_HESSIANS', 'AUTO_WINDOW', 'AUTO_SHARE', 'TRIAL_WAIT_MAX', 'triangle_rest_shape',
@@ -240,7 +240,7 @@ class MembraneTerm(ElementEnergyTerm):
     def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         check_term_arrays("MembraneTerm", x, self.device, n_min=self._n_min)
         if self.count:
-            wp.launch(_membrane_energy_kernel, dim=self.count, device=self.device,
+            launch(_membrane_energy_kernel, dim=self.count, device=self.device,
                       inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam,
                               wp.int32(self._model)], outputs=[self._e, total])
         return self._e
@@ -256,7 +256,7 @@ class MembraneTerm(ElementEnergyTerm):
         unless `hessian` is "exact"."""
         check_term_arrays("MembraneTerm", x, self.device, grad, blocks, offset, self.num_blocks(), self._n_min)
         if not self.count: return
-        wp.launch(_membrane_accumulate_kernel, dim=self.count, device=self.device,
+        launch(_membrane_accumulate_kernel, dim=self.count, device=self.device,
                   inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam, wp.int32(self._model),
                           wp.int32(MEMBRANE_HESSIANS[self.hessian]), wp.int32(offset)],
                   outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
@@ -326,7 +326,7 @@ def membrane_energy(X, B, area, mu, lam, model: str = "neohookean", device=None)
     n, mid, d, x, tri, el, Bw, aw, mw, lw = _membrane_batch(X, B, area, mu, lam, model, device, "membrane_energy")
     out = wp.zeros(n, dtype=wp.float64, device=d)
     if n:
-        wp.launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw,
+        launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw,
                                                                     wp.int32(mid)],
                   outputs=[out, wp.zeros(1, dtype=wp.float64, device=d)])
     return out.numpy()
@@ -344,10 +344,10 @@ def membrane_derivatives(X, B, area, mu, lam, model: str = "neohookean", *, hess
     g = wp.zeros(3 * n, dtype=wp.vec3d, device=d)
     hb = HessianBlocks.allocate(9 * n, device=d)
     if n:
-        wp.launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw,
+        launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw,
                                                                     wp.int32(mid)],
                   outputs=[e, wp.zeros(1, dtype=wp.float64, device=d)])
-        wp.launch(_membrane_accumulate_kernel, dim=n, device=d,
+        launch(_membrane_accumulate_kernel, dim=n, device=d,
                   inputs=[x, tri, el, Bw, aw, mw, lw,
                           wp.int32(mid),
                           wp.int32(form),
@@ -464,7 +464,7 @@ class HingeTerm(ElementEnergyTerm):
     def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         check_term_arrays("HingeTerm", x, self.device, n_min=self._n_min)
         if self.count:
-            wp.launch(_hinge_energy_kernel, dim=self.count, device=self.device,
+            launch(_hinge_energy_kernel, dim=self.count, device=self.device,
                       inputs=[x, self.hinge, self.theta0, self.k], outputs=[self._e, self._theta, total])
         return self._e
 
@@ -474,7 +474,7 @@ class HingeTerm(ElementEnergyTerm):
         "Add kθ wrap(θ − θ0) ∇θ into `grad` and write the 16 blocks kθ ∇θ_i ∇θ_jᵀ of every hinge."
         check_term_arrays("HingeTerm", x, self.device, grad, blocks, offset, self.num_blocks(), self._n_min)
         if not self.count: return
-        wp.launch(_hinge_accumulate_kernel, dim=self.count,
+        launch(_hinge_accumulate_kernel, dim=self.count,
                   device=self.device, inputs=[x, self.hinge, self.theta0, self.k,
                                               wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
 
@@ -494,7 +494,7 @@ def hinge_angle(X, device=None) -> np.ndarray:
     n, d, x, h, t0, k = _hinge_batch(X, 0.0, 0.0, device, "hinge_angle")
     e, th = wp.zeros(n, dtype=wp.float64, device=d), wp.zeros(n, dtype=wp.float64, device=d)
     if n:
-        wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, k],
+        launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, k],
                   outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
     return th.numpy()
 
@@ -505,9 +505,9 @@ def hinge_derivatives(X, theta0, k, device=None):
     g = wp.zeros(4 * n, dtype=wp.vec3d, device=d)
     hb = HessianBlocks.allocate(16 * n, device=d)
     if n:
-        wp.launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, kk],
+        launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, kk],
                   outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
-        wp.launch(_hinge_accumulate_kernel, dim=n, device=d, inputs=[x, h, t0, kk, wp.int32(0)],
+        launch(_hinge_accumulate_kernel, dim=n, device=d, inputs=[x, h, t0, kk, wp.int32(0)],
                   outputs=[g, hb.rows, hb.cols, hb.vals])
     return e.numpy(), th.numpy(), g.numpy().reshape(n, 4, 3), _blocks_to_dense(hb.vals.numpy(), n, 4)
 

@@ -10,7 +10,7 @@ import warp as wp
 from fastcore.basics import patch
 
 from .checks import non_negative, positive
-from .terms import ElementEnergyTerm, HessianBlocks, add_gradient, skip_block, write_block
+from .terms import ElementEnergyTerm, HessianBlocks, add_gradient, launch, skip_block, write_block
 from .barrier import barrier_d1
 from .distances import candidate_weights
 
@@ -133,7 +133,7 @@ def lag(self: FrictionTerm, x0: wp.array, dt: float, contacts=None, reference: w
     w, n, load = wp.zeros(m, dtype=wp.vec4d, device=d), wp.zeros(m, dtype=wp.vec3d,
                                                                  device=d), wp.zeros(m, dtype=wp.float64, device=d)
     if m:
-        wp.launch(
+        launch(
             _lag_kernel, dim=m, inputs=[
                 x0, cs.pairs, cs.kind, cs.offset,
                 wp.float64(self.mu), self.particle_mu,
@@ -158,7 +158,7 @@ def active(self: FrictionTerm) -> int:
 @patch
 def _energies(self: FrictionTerm, x: wp.array, total: wp.array) -> wp.array:
     if self.count:
-        wp.launch(_friction_energy, dim=self.count,
+        launch(_friction_energy, dim=self.count,
                   inputs=[x, self.x0, self.pairs, self.w, self.n, self.load,
                           wp.float64(self.eps), self._e, total], device=self.device)
     return self._e
@@ -173,7 +173,7 @@ def accumulate(self: FrictionTerm, x, grad, blocks: HessianBlocks, offset: int) 
     if self.hessian not in _ALONG:
         raise ValueError(f"FrictionTerm: hessian must be one of {', '.join(_ALONG)}, got {self.hessian!r}")
     if not self.count: return
-    wp.launch(
+    launch(
         _friction_accumulate, dim=self.count, inputs=[
             x, self.x0, self.pairs, self.w, self.n, self.load,
             wp.float64(self.eps), grad, blocks.rows, blocks.cols, blocks.vals, offset,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from .terms import read_back
+from .terms import launch, read_back
 from .ccd import bound_from_minimum
 
 # %% auto #0
@@ -64,10 +64,10 @@ class LineSearch:
         for j in range(k):
             xj = self._x[j] if self._x else xt
             if alpha is None:
-                wp.launch(_axpy_bounded, dim=len(x), inputs=[x, dx, self.bound, normal, wp.int32(j), xj],
+                launch(_axpy_bounded, dim=len(x), inputs=[x, dx, self.bound, normal, wp.int32(j), xj],
                           device=self.device)
             else:
-                wp.launch(_axpy, dim=len(x), inputs=[x, dx, wp.float64(alpha), xj], device=self.device)
+                launch(_axpy, dim=len(x), inputs=[x, dx, wp.float64(alpha), xj], device=self.device)
                 alpha *= 0.5
             for t in terms: t.add_energy(xj, self._phi[j])
 

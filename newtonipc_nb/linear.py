@@ -17,7 +17,7 @@ import warp.sparse as wps
 from warp.optim.linear import cg, preconditioner
 from fastcore.basics import patch
 
-from .terms import HessianBlocks, read_back
+from .terms import HessianBlocks, launch, read_back
 
 class LinearSolveError(RuntimeError):
     "The Newton system could not be factorised or solved."
@@ -200,12 +200,12 @@ def scatter(self: NewtonSystem, blocks: HessianBlocks, count: int) -> None:
     self.flags.zero_()
     self._checked, self._scattered, self.tau = None, (blocks, count), 0.0
     if count:
-        wp.launch(
+        launch(
             _scatter_blocks, dim=count, device=self.device, inputs=[
                 blocks.rows, blocks.cols, blocks.vals, self.fixed, self.H.offsets, self.H.columns,
                 self.block_rows, self.H.values, self._hint, self._missed
             ])
-    wp.launch(_finish_diagonal, dim=self.n, device=self.device,
+    launch(_finish_diagonal, dim=self.n, device=self.device,
               inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
 
 SHRINK_AT = 1.1    # a grown pattern past this many times its last fresh size shrinks to the blocks in hand
@@ -246,12 +246,12 @@ def finish(self: NewtonSystem, check: bool = True):
     if check:
         if bad is None:                     # H was not just assembled here: check it now
             self._bad.zero_()
-            wp.launch(_finish_diagonal, dim=self.n, device=d,
+            launch(_finish_diagonal, dim=self.n, device=d,
                       inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
             bad = int(read_back(self._bad)[0])
         self.check_diagonal(bad)
-    wp.launch(_equilibrate, dim=self.nnz, device=d, inputs=[self.block_rows, self.H.columns, self.H.values, self.D])
-    wp.launch(_scaled_rhs, dim=self.n, device=d, inputs=[self.grad, self.D, self.fixed, self.rhs])
+    launch(_equilibrate, dim=self.nnz, device=d, inputs=[self.block_rows, self.H.columns, self.H.values, self.D])
+    launch(_scaled_rhs, dim=self.n, device=d, inputs=[self.grad, self.D, self.fixed, self.rhs])
 
 @patch
 def check_diagonal(self: NewtonSystem, bad: int):
@@ -273,7 +273,7 @@ def copy(self: NewtonSystem) -> "NewtonSystem":
 @patch
 def unscale(self: NewtonSystem, z: wp.array, dx: wp.array, k: float = 1.0):
     "dx = k D z: the Newton direction from the solution of the equilibrated system (k times it)."
-    wp.launch(_unscale, dim=self.n, device=self.device, inputs=[z, self.D, wp.float64(k), dx])
+    launch(_unscale, dim=self.n, device=self.device, inputs=[z, self.D, wp.float64(k), dx])
 
 # %% ../nbs/09_linear.ipynb #9c699a70
 @wp.kernel
@@ -300,12 +300,14 @@ class ScalarCSR:
         self.indices = C[order].astype(np.int32)
         self._src = wp.array(src[order].astype(np.int32), dtype=wp.int32, device=system.device)
         self.data = wp.zeros(len(order), dtype=wp.float64, device=system.device)
-        self._system = system
+        self._system, self._values, self._flat = system, None, None
 
     def refresh(self) -> wp.array:
         "Copy the current block values into `data`."
-        flat = self._system.H.values.view(wp.float64).flatten()  # a view: one plain load per entry, no index arithmetic
-        wp.launch(_gather, dim=len(self.indices), device=self._system.device, inputs=[flat, self._src, self.data])
+        values = self._system.H.values
+        if values is not self._values:      # a view: one plain load per entry, no index arithmetic; made once per
+            self._values, self._flat = values, values.view(wp.float64).flatten()        # array, so its launch replays
+        launch(_gather, dim=len(self.indices), device=self._system.device, inputs=[self._flat, self._src, self.data])
         return self.data
 
 # %% ../nbs/09_linear.ipynb #8f66a00e
@@ -621,7 +623,7 @@ def _shift_diagonal(diag: wp.array(dtype=wp.int32), fixed: wp.array(dtype=wp.int
 def shift(self: NewtonSystem, tau: float):
     "Make the equilibrated matrix D H D + τ I on the free particles (the next `scatter` starts again from τ = 0)."
     if tau != self.tau:
-        wp.launch(_shift_diagonal, dim=self.n, device=self.device,
+        launch(_shift_diagonal, dim=self.n, device=self.device,
                   inputs=[self.diag, self.fixed, self.H.values, wp.float64(tau - self.tau)])
         self.tau = tau
 

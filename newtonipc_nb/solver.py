@@ -15,7 +15,7 @@ import warp as wp
 
 import newton
 from .inputs import IPCModel
-from .terms import EnergyTerm, HessianBlocks, ScalarReads, read_back
+from .terms import EnergyTerm, HessianBlocks, ScalarReads, launch, read_back
 from .elastic import MembraneTerm, HingeTerm, membrane_hessian_start
 from .supports import InertiaTerm, SupportTerm, TieTerm
 from .barrier import BarrierTerm
@@ -185,7 +185,7 @@ def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, trie
     if not np.any(d): return None
     x, dev = self._x, self.device
     self._dx.assign(d)
-    wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=dev)
+    launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=dev)
     with _Timer(st.times, "candidates"):
         self.search.update(x, self._xt)
         self._near = near = self.barrier.near(x, 2.0 * float(np.linalg.norm(d, axis=1).max()) * (1.0 + 1e-9) + 1e-12,
@@ -196,7 +196,7 @@ def _extrapolate(self: SolverIPC, v0: np.ndarray, dt: float, st: StepStats, trie
     with _Timer(st.times, "line_search"):
         phi0 = self._phi(x)
         for _ in range(tries):
-            wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(alpha), self._xt], device=dev)
+            launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(alpha), self._xt], device=dev)
             phi = self._phi(self._xt)
             if phi < phi0:
                 self._x, self._xt = self._xt, self._x
@@ -260,11 +260,11 @@ def _launch_direction(self: SolverIPC, x: wp.array, st: StepStats, again: bool =
     with _Timer(st.times, "solve"):
         self.system.unscale(self._z, self._dx, self._ls.extend)   # a longer first trial after a nearly linear step
         self._norms.zero_()
-        wp.launch(_direction_norms, dim=len(x), inputs=[self.system.grad, self._dx, self._norms], device=self.device)
+        launch(_direction_norms, dim=len(x), inputs=[self.system.grad, self._dx, self._norms], device=self.device)
     with _Timer(st.times, "candidates"):
         r = wp.float64(self._radius)                     # the step's trust radius on the motion (`_predict`)
-        wp.launch(_shorten, dim=len(x), inputs=[x, self._dx, self._norms, r, self._xt], device=self.device)
-        wp.launch(_reach, dim=1, inputs=[self._norms, r, _GROW, _PAD, self._reach], device=self.device)
+        launch(_shorten, dim=len(x), inputs=[x, self._dx, self._norms, r, self._xt], device=self.device)
+        launch(_reach, dim=1, inputs=[self._norms, r, _GROW, _PAD, self._reach], device=self.device)
         self._outside = self.search.covers_launch(x, self._xt)
         if self._outside is not None:
             self._near = self.barrier.near_launch(x, self._reach, self._near, flag=self._outside)
@@ -458,7 +458,7 @@ def _prescribe(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, st: StepStats) -
     moving = np.abs(d).max(1) > 0
     x, dev = self._x, self.device
     self._dx.assign(d)
-    wp.launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=dev)
+    launch(_axpy, dim=len(x), inputs=[x, self._dx, wp.float64(1.0), self._xt], device=dev)
     with _Timer(st.times, "candidates"):
         self.search.update(x, self._xt)
         self._near = near = self.barrier.near(x, 2.0 * float(np.linalg.norm(d, axis=1).max()) * (1.0 + 1e-9) + 1e-12,

@@ -9,8 +9,8 @@ import numpy as np
 import warp as wp
 
 from .checks import float_array, index_array, per_element
-from .terms import (ElementEnergyTerm, HessianBlocks, add_gradient, check_term_arrays, skip_block,
-                                write_block)
+from .terms import (ElementEnergyTerm, HessianBlocks, add_gradient, check_term_arrays, launch,
+                                skip_block, write_block)
 
 # %% auto #0
 __all__ = ['TIE_STIFFNESS', 'SupportTerm', 'InertiaTerm', 'TieTerm']
@@ -68,15 +68,20 @@ class SupportTerm(ElementEnergyTerm):
         if t.shape[0] != n: raise ValueError(f"{fn}: targets has {t.shape[0]} rows for {n} indices")
         k = per_element(stiffness, n, "stiffness", fn=fn)
         if np.any(k < 0): raise ValueError(f"{fn}: stiffness[{int(np.flatnonzero(k < 0)[0])}] is negative")
-        d = self.device
-        self.indices, self.targets = wp.array(idx, dtype=wp.int32, device=d), wp.array(t, dtype=wp.vec3d, device=d)
-        self.stiffness, self._e = wp.array(k, dtype=wp.float64, device=d), wp.zeros(n, dtype=wp.float64, device=d)
+        if n == len(self.indices):      # refilled, not replaced: the launches on these arrays stay recorded (`launch`)
+            self.indices.assign(idx)
+            self.targets.assign(t)
+            self.stiffness.assign(k)
+        else:
+            d = self.device
+            self.indices, self.targets = wp.array(idx, dtype=wp.int32, device=d), wp.array(t, dtype=wp.vec3d, device=d)
+            self.stiffness, self._e = wp.array(k, dtype=wp.float64, device=d), wp.zeros(n, dtype=wp.float64, device=d)
         self.count, self._n_min = n, (int(idx.max()) + 1 if n else 0)
 
     def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         check_term_arrays("SupportTerm", x, self.device, n_min=self._n_min)
         if self.count:
-            wp.launch(_support_energy_kernel, dim=self.count, device=self.device,
+            launch(_support_energy_kernel, dim=self.count, device=self.device,
                       inputs=[x, self.indices, self.targets, self.stiffness], outputs=[self._e, total])
         return self._e
 
@@ -86,7 +91,7 @@ class SupportTerm(ElementEnergyTerm):
         "Add kᵢ (xᵢ − targetᵢ) into `grad` and write one block kᵢ I per support."
         check_term_arrays("SupportTerm", x, self.device, grad, blocks, offset, self.count, self._n_min)
         if not self.count: return
-        wp.launch(_support_accumulate_kernel, dim=self.count, device=self.device,
+        launch(_support_accumulate_kernel, dim=self.count, device=self.device,
                   inputs=[x, self.indices, self.targets, self.stiffness,
                           wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
 
@@ -199,7 +204,7 @@ class TieTerm(ElementEnergyTerm):
     def _energies(self, x: wp.array, total: wp.array) -> wp.array:
         check_term_arrays("TieTerm", x, self.device, n_min=self._n_min)
         if self.count:
-            wp.launch(_tie_energy_kernel, dim=self.count, device=self.device,
+            launch(_tie_energy_kernel, dim=self.count, device=self.device,
                       inputs=[x, self.pairs, self.rest_lengths, self.stiffness], outputs=[self._e, total])
         return self._e
 
@@ -209,6 +214,6 @@ class TieTerm(ElementEnergyTerm):
         "Add the tie gradient into `grad` and write the 4 blocks (ii, jj, ij, ji) of every pair."
         check_term_arrays("TieTerm", x, self.device, grad, blocks, offset, self.num_blocks(), self._n_min)
         if not self.count: return
-        wp.launch(_tie_accumulate_kernel, dim=self.count, device=self.device,
+        launch(_tie_accumulate_kernel, dim=self.count, device=self.device,
                   inputs=[x, self.pairs, self.rest_lengths, self.stiffness, wp.int32(self.project), wp.int32(offset)],
                   outputs=[grad, blocks.rows, blocks.cols, blocks.vals])

@@ -5,6 +5,8 @@
 # %% ../nbs/01_terms.ipynb #20dcb499
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,8 +15,8 @@ import warp as wp
 from .checks import float_array
 
 # %% auto #0
-__all__ = ['HessianBlocks', 'write_block', 'skip_block', 'add_gradient', 'sum_into', 'read_back', 'ScalarReads', 'EnergyTerm',
-           'ElementEnergyTerm', 'check_term_arrays', 'term_derivatives']
+__all__ = ['RECORDED_MAX', 'HessianBlocks', 'write_block', 'skip_block', 'add_gradient', 'launch', 'sum_into', 'read_back',
+           'ScalarReads', 'EnergyTerm', 'ElementEnergyTerm', 'check_term_arrays', 'term_derivatives']
 
 # %% ../nbs/01_terms.ipynb #df25c309
 @dataclass
@@ -54,6 +56,49 @@ def add_gradient(grad: wp.array(dtype=wp.vec3d), i: wp.int32, g: wp.vec3d):
     "Add g to particle i's gradient."
     wp.atomic_add(grad, i, g)
 
+# %% ../nbs/01_terms.ipynb #358ec864
+_VALUES = (bool, int, float, wp.int32, wp.int64, wp.uint32, wp.uint64, wp.float32, wp.float64)  # compared by value
+
+class _Recorded:
+    """A recorded launch, the dimension it last ran with, its arguments and device (held: their identities are the
+    record's key) and which arguments are not arrays."""
+    __slots__ = ("cmd", "dim", "args", "device", "others")
+
+    def __init__(self, cmd, dim, args, device):
+        self.cmd, self.dim, self.args, self.device = cmd, dim, list(args), device
+        self.others = [i for i, a in enumerate(args) if not isinstance(a, wp.array)]
+
+RECORDED_MAX = 256      # records kept per thread: about five Newton iterations' worth of distinct launches
+_THREAD = threading.local()     # each thread its own records: a table shared between threads would need a lock
+
+def _records() -> OrderedDict:
+    "This thread's records, oldest first."
+    if not hasattr(_THREAD, "records"): _THREAD.records = OrderedDict()
+    return _THREAD.records
+
+def launch(kernel, dim, inputs=(), outputs=(), device=None) -> None:
+    """`wp.launch(kernel, dim, inputs=inputs, outputs=outputs, device=device)`, replayed from a record of the same
+    kernel, device and arrays (by identity) when there is one: only the dimension and the changed scalars are set."""
+    args = (*inputs, *outputs)
+    key = (kernel, id(device), *[id(a) if isinstance(a, wp.array) else None for a in args])
+    records = _records()
+    r = records.get(key)
+    if r is None:
+        r = records[key] = _Recorded(wp.launch(kernel, dim, inputs=inputs, outputs=outputs, device=device,
+                                                 record_cmd=True), dim, args, device)
+        if len(records) > RECORDED_MAX: records.popitem(last=False)
+    else:
+        records.move_to_end(key)
+        if r.dim != dim:
+            r.cmd.set_dim(dim)
+            r.dim = dim
+        for i in r.others:
+            a, last = args[i], r.args[i]
+            if a is last or (type(a) is type(last) and type(a) in _VALUES and a == last and a != 0): continue
+            r.cmd.set_param_at_index(i, a)
+            r.args[i] = a
+    r.cmd.launch()
+
 # %% ../nbs/01_terms.ipynb #5de4992e
 @wp.kernel
 def _sum_into(values: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
@@ -61,7 +106,7 @@ def _sum_into(values: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64
 
 def sum_into(values: wp.array, count: int, out: wp.array) -> None:
     "Add the first `count` entries of `values` into out[0], on the device."
-    if count: wp.launch(_sum_into, dim=count, inputs=[values, out], device=values.device)
+    if count: launch(_sum_into, dim=count, inputs=[values, out], device=values.device)
 
 # %% ../nbs/01_terms.ipynb #07d03c56
 def read_back(a: wp.array) -> np.ndarray:
@@ -89,7 +134,7 @@ class ScalarReads:
             if a.ndim != 1 or a.dtype not in (wp.float64, wp.int32):
                 raise TypeError(f"ScalarReads: 1-d float64 or int32 arrays only, got {a.ndim}-d {a.dtype.__name__}")
             if a.dtype == wp.float64: wp.copy(self._buf, a, dest_offset=at)
-            else: wp.launch(_gather_i32, dim=a.shape[0], inputs=[a, wp.int32(at), self._buf], device=self.device)
+            else: launch(_gather_i32, dim=a.shape[0], inputs=[a, wp.int32(at), self._buf], device=self.device)
             at += a.shape[0]
         v = read_back(self._buf)[:n].copy()
         return np.split(v, np.cumsum([a.shape[0] for a in arrays])[:-1])
