@@ -1,5 +1,6 @@
 """SolverIPC end to end: rejected inputs, linear solvers that agree, energy descent, and a cloth drop without
 intersections."""
+import importlib
 import math
 
 import numpy as np
@@ -12,6 +13,7 @@ from newtonipc_nb.ccd import fp32_gaps
 from newtonipc_nb.intersections import count_intersections
 from newtonipc_nb.linear import REUSE_CG, PardisoSolver
 from newtonipc_nb.supports import SupportTerm
+from newtonipc_nb import terms
 from newtonipc_nb.terms import term_derivatives
 
 from newtonipc_nb.solver import EXACT_FROM, SolverIPC
@@ -117,6 +119,20 @@ def test_cloth_drop_on_sphere_has_no_intersections():
     x, hits, gap = run_cloth_drop(48)
     assert sum(hits) == 0 and gap > 0
     assert x[:, 2].min() < 0.02            # the sheet has draped past the sphere's top
+
+
+def test_replayed_launches_take_the_plain_launches_steps(monkeypatch):
+    """The package's kernels go through `terms.launch`, which replays recorded launches: the cloth drop takes the same
+    steps, bit for bit, as with every launch made by `wp.launch`."""
+    x, hits, _ = run_cloth_drop(24)
+    assert len(terms._records()) > 0 and sum(hits) == 0
+    for name in ("barrier", "candidates", "ccd", "elastic", "friction", "line_search", "linear", "solver",
+                 "supports", "terms"):
+        monkeypatch.setattr(importlib.import_module(f"newtonipc_nb.{name}"), "launch", wp.launch)
+    terms._records().clear()
+    x_plain, *_ = run_cloth_drop(24)
+    assert len(terms._records()) == 0           # every launch went through wp.launch this time
+    assert np.array_equal(x, x_plain)
 
 
 @pytest.mark.slow
