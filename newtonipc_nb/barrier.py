@@ -65,9 +65,9 @@ def barrier_values(g, dhat: float = 1e-3, kappa: float = 1000.0, device=None) ->
     out = wp.zeros((len(g), 3), dtype=wp.float64, device=device)
     if len(g):
         launch(_barrier_values_kernel, dim=len(g),
-                  inputs=[wp.array(g, dtype=wp.float64, device=device),
-                          wp.float64(dhat),
-                          wp.float64(kappa)], outputs=[out], device=device)
+               inputs=[wp.array(g, dtype=wp.float64, device=device),
+                       wp.float64(dhat),
+                       wp.float64(kappa)], outputs=[out], device=device)
     return out.numpy()
 
 # %% ../nbs/05_contact_barrier.ipynb #f588ded9
@@ -459,7 +459,7 @@ class BarrierTerm(EnergyTerm):
         out = wp.zeros(max(cs.count, 1), dtype=wp.float64, device=cs.device)
         if cs.count:
             launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[out],
-                      device=cs.device)
+                   device=cs.device)
         return out.numpy()[: cs.count]
 
     def min_gap(self, x: wp.array) -> float:
@@ -494,13 +494,13 @@ def add_energy(self: BarrierTerm, x: wp.array, out: wp.array, contacts: ContactS
         n = min(self.contacts.count, cs.capacity)
         if n:
             launch(_barrier_energy_counted_kernel, dim=n, device=cs.device,
-                      inputs=[x, cs.pairs, cs.kind, cs.offset, self._scope_count,
-                              wp.float64(self.dhat), wp.float64(self.kappa)], outputs=[out])
+                   inputs=[x, cs.pairs, cs.kind, cs.offset, self._scope_count,
+                           wp.float64(self.dhat), wp.float64(self.kappa)], outputs=[out])
     elif cs.count:
         launch(_barrier_energy_kernel, dim=cs.count, device=cs.device,
-                  inputs=[x, cs.pairs, cs.kind, cs.offset,
-                          wp.float64(self.dhat),
-                          wp.float64(self.kappa)], outputs=[out])
+               inputs=[x, cs.pairs, cs.kind, cs.offset,
+                       wp.float64(self.dhat),
+                       wp.float64(self.kappa)], outputs=[out])
 
 # %% ../nbs/05_contact_barrier.ipynb #4210b064
 @patch
@@ -521,7 +521,7 @@ def _screen(self: BarrierTerm, x: wp.array, cs: ContactSet, scalars: wp.array, f
         self._active = wp.zeros(self._ref_gaps.shape[0], dtype=wp.int32, device=cs.device)
     if cs.count:
         launch(_gaps_kernel, dim=cs.count, inputs=[x, cs.pairs, cs.kind, cs.offset], outputs=[self._ref_gaps],
-                  device=cs.device)
+               device=cs.device)
     if self._ref_x is None or self._ref_x.shape != x.shape: self._ref_x = wp.empty_like(x)
     wp.copy(self._ref_x, x)
     self._ref_of = (cs, cs.version, cs.count)
@@ -588,7 +588,7 @@ def near_launch(self: BarrierTerm, x: wp.array, reach: wp.array, out: ContactSet
                 wp.float64(self.dhat), reach
             ], outputs=[self._near_count, out.pairs, out.kind, out.offset])
     launch(_pack_count, dim=1, inputs=[self._near_count, self._no_flag if flag is None else flag, self.near_scalars],
-              device=cs.device)
+           device=cs.device)
     return out
 
 @patch

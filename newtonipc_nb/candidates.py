@@ -338,7 +338,7 @@ def covers_launch(self: CandidateSearch, x_start: wp.array, x_end: wp.array | No
                                                       device=self.device, same_device=True)
     self._flag.zero_()
     launch(_outside_boxes, dim=self.n, inputs=[x_start, x_end, self.lo, self.hi], outputs=[self._flag],
-              device=self.device)
+           device=self.device)
     return self._flag
 
 # %% ../nbs/04_candidates.ipynb #0d7bb7b7
@@ -364,7 +364,7 @@ def build(self: CandidateSearch, x_start: wp.array, x_end: wp.array | None = Non
     self.built, self.built_from = False, None
     self._flag.zero_()
     launch(_particle_boxes, dim=self.n, inputs=[x_start, x_end, wp.float64(self.skin)],
-              outputs=[self.lo, self.hi, self._flag], device=d)
+           outputs=[self.lo, self.hi, self._flag], device=d)
     bad = int(self._flag.numpy()[0])
     if bad:
         self.built = False
@@ -372,12 +372,12 @@ def build(self: CandidateSearch, x_start: wp.array, x_end: wp.array | None = Non
     T, E = self.tri.shape[0], self.edge.shape[0]
     if T:
         launch(_primitive_boxes, dim=T, inputs=[self.tri, self.lo, self.hi], outputs=[self._tri_lo, self._tri_hi],
-                  device=d)
+               device=d)
         if self._tri_bvh is None: self._tri_bvh = wp.Bvh(self._tri_lo, self._tri_hi)
         else: self._tri_bvh.rebuild()
     if E:
         launch(_edge_boxes, dim=E, inputs=[self.edge, self.edge_radius, self.lo, self.hi],
-                  outputs=[self._edge_lo, self._edge_hi], device=d)
+               outputs=[self._edge_lo, self._edge_hi], device=d)
         if self._edge_bvh is None: self._edge_bvh = wp.Bvh(self._edge_lo, self._edge_hi)
         else: self._edge_bvh.rebuild()
     while True:
@@ -408,10 +408,10 @@ def _query(self: CandidateSearch) -> int:
     self._counter.zero_()
     if self.tri.shape[0]:
         launch(_query_vt, dim=self.tri_vertices.shape[0], device=d, outputs=out,
-                  inputs=[self._tri_bvh.id, self.tri_vertices, self.tri, self.fixed, self.lo, self.hi, delta, mg, cap])
+               inputs=[self._tri_bvh.id, self.tri_vertices, self.tri, self.fixed, self.lo, self.hi, delta, mg, cap])
     if self.edge.shape[0]:
         launch(_query_ee, dim=self.edge.shape[0], device=d, outputs=out,
-                  inputs=[self._edge_bvh.id, self.edge, self.edge_radius, self.fixed, self.lo, self.hi, delta, mg, cap])
+               inputs=[self._edge_bvh.id, self.edge, self.edge_radius, self.fixed, self.lo, self.hi, delta, mg, cap])
     if self.sphere.shape[0]:
         has_tri = self.tri.shape[0] > 0
         launch(
@@ -422,8 +422,8 @@ def _query(self: CandidateSearch) -> int:
             ])
     if self.planes.shape[0] and self.plane_clients.shape[0]:
         launch(_query_planes, dim=self.plane_clients.shape[0], device=d, outputs=out,
-                  inputs=[self.plane_clients, self.radius, self.fixed, self.planes, self.plane_normals, self.plane_pad,
-                          self.lo, self.hi, delta, mg, cap])
+               inputs=[self.plane_clients, self.radius, self.fixed, self.planes, self.plane_normals, self.plane_pad,
+                       self.lo, self.hi, delta, mg, cap])
     return int(self._counter.numpy()[0])
 
 # %% ../nbs/04_candidates.ipynb #8ab65223

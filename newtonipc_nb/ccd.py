@@ -170,8 +170,8 @@ def _batch_toi(x0, x1, kind, min_gap, eta, max_iter, device, name, iterations=Fa
     d = wp.get_device(device)
     out = wp.zeros(n, dtype=wp.vec2d, device=d)
     launch(_accd_batch_kernel, dim=n, device=d, outputs=[out],
-              inputs=[wp.array(a, dtype=wp.vec3d, device=d), wp.array(b, dtype=wp.vec3d, device=d), wp.int32(kind),
-                      wp.float64(min_gap), wp.float64(eta), wp.int32(max_iter)])
+           inputs=[wp.array(a, dtype=wp.vec3d, device=d), wp.array(b, dtype=wp.vec3d, device=d), wp.int32(kind),
+                   wp.float64(min_gap), wp.float64(eta), wp.int32(max_iter)])
     o = out.numpy()
     return (o[:, 0].copy(), o[:, 1].astype(np.int64)) if iterations else o[:, 0].copy()
 
@@ -219,7 +219,7 @@ def candidate_step_bounds(contacts: ContactSet, x, dx, *, method: str = "accd", 
         _check_accd_args(0.0, eta, max_iter, "step_bound")
         out = wp.zeros(m, dtype=wp.vec2d, device=d)
         launch(_accd_contacts_kernel, dim=m, device=d, outputs=[out],
-                  inputs=[xa, dxa, cs.pairs, cs.kind, cs.offset, wp.float64(eta), wp.int32(max_iter)])
+               inputs=[xa, dxa, cs.pairs, cs.kind, cs.offset, wp.float64(eta), wp.int32(max_iter)])
         return out.numpy()[:, 0].copy()
     out = wp.zeros(m, dtype=wp.float64, device=d)
     launch(_normal_bound_kernel, dim=m, device=d, inputs=[xa, dxa, cs.pairs, cs.kind, cs.offset], outputs=[out])
@@ -299,11 +299,11 @@ class DeviceStepBound:
         if self.method == "accd":
             args += [wp.float64(self.eta), wp.int32(self.max_iter)]
             launch(_accd_contacts_kernel if count is None else _accd_counted_kernel, dim=m, device=d,
-                      inputs=args if count is None else args + [count], outputs=[self._bounds])
+                   inputs=args if count is None else args + [count], outputs=[self._bounds])
             launch(_min_toi, dim=m, inputs=[self._bounds, out], device=d)
         else:
             launch(_normal_bound_kernel if count is None else _normal_bound_counted_kernel, dim=m, device=d,
-                      inputs=args if count is None else args + [count], outputs=[self._bounds])
+                   inputs=args if count is None else args + [count], outputs=[self._bounds])
             launch(_min_bound, dim=m, inputs=[self._bounds, out], device=d)
 
 def step_bound(contacts: ContactSet, x, dx, *, method: str = "accd", eta: float = ACCD_ETA,

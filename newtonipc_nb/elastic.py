@@ -241,8 +241,8 @@ class MembraneTerm(ElementEnergyTerm):
         check_term_arrays("MembraneTerm", x, self.device, n_min=self._n_min)
         if self.count:
             launch(_membrane_energy_kernel, dim=self.count, device=self.device,
-                      inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam,
-                              wp.int32(self._model)], outputs=[self._e, total])
+                   inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam,
+                           wp.int32(self._model)], outputs=[self._e, total])
         return self._e
 
     def element_energies(self, x: wp.array) -> np.ndarray:
@@ -257,9 +257,9 @@ class MembraneTerm(ElementEnergyTerm):
         check_term_arrays("MembraneTerm", x, self.device, grad, blocks, offset, self.num_blocks(), self._n_min)
         if not self.count: return
         launch(_membrane_accumulate_kernel, dim=self.count, device=self.device,
-                  inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam, wp.int32(self._model),
-                          wp.int32(MEMBRANE_HESSIANS[self.hessian]), wp.int32(offset)],
-                  outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
+               inputs=[x, self.tri, self.elems, self.B, self.area, self.mu, self.lam, wp.int32(self._model),
+                       wp.int32(MEMBRANE_HESSIANS[self.hessian]), wp.int32(offset)],
+               outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
 
 # %% ../nbs/02_membrane_bending.ipynb #ac629a24
 AUTO_WINDOW, AUTO_SHARE = 512, 0.7
@@ -327,8 +327,8 @@ def membrane_energy(X, B, area, mu, lam, model: str = "neohookean", device=None)
     out = wp.zeros(n, dtype=wp.float64, device=d)
     if n:
         launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw,
-                                                                    wp.int32(mid)],
-                  outputs=[out, wp.zeros(1, dtype=wp.float64, device=d)])
+                                                                 wp.int32(mid)],
+               outputs=[out, wp.zeros(1, dtype=wp.float64, device=d)])
     return out.numpy()
 
 def _blocks_to_dense(vals: np.ndarray, n: int, per: int) -> np.ndarray:
@@ -345,13 +345,13 @@ def membrane_derivatives(X, B, area, mu, lam, model: str = "neohookean", *, hess
     hb = HessianBlocks.allocate(9 * n, device=d)
     if n:
         launch(_membrane_energy_kernel, dim=n, device=d, inputs=[x, tri, el, Bw, aw, mw, lw,
-                                                                    wp.int32(mid)],
-                  outputs=[e, wp.zeros(1, dtype=wp.float64, device=d)])
+                                                                 wp.int32(mid)],
+               outputs=[e, wp.zeros(1, dtype=wp.float64, device=d)])
         launch(_membrane_accumulate_kernel, dim=n, device=d,
-                  inputs=[x, tri, el, Bw, aw, mw, lw,
-                          wp.int32(mid),
-                          wp.int32(form),
-                          wp.int32(0)], outputs=[g, hb.rows, hb.cols, hb.vals])
+               inputs=[x, tri, el, Bw, aw, mw, lw,
+                       wp.int32(mid),
+                       wp.int32(form),
+                       wp.int32(0)], outputs=[g, hb.rows, hb.cols, hb.vals])
     return e.numpy(), g.numpy().reshape(n, 3, 3), _blocks_to_dense(hb.vals.numpy(), n, 3)
 
 # %% ../nbs/02_membrane_bending.ipynb #66b34e50
@@ -465,7 +465,7 @@ class HingeTerm(ElementEnergyTerm):
         check_term_arrays("HingeTerm", x, self.device, n_min=self._n_min)
         if self.count:
             launch(_hinge_energy_kernel, dim=self.count, device=self.device,
-                      inputs=[x, self.hinge, self.theta0, self.k], outputs=[self._e, self._theta, total])
+                   inputs=[x, self.hinge, self.theta0, self.k], outputs=[self._e, self._theta, total])
         return self._e
 
     def num_blocks(self) -> int: return 16 * self.count
@@ -475,8 +475,8 @@ class HingeTerm(ElementEnergyTerm):
         check_term_arrays("HingeTerm", x, self.device, grad, blocks, offset, self.num_blocks(), self._n_min)
         if not self.count: return
         launch(_hinge_accumulate_kernel, dim=self.count,
-                  device=self.device, inputs=[x, self.hinge, self.theta0, self.k,
-                                              wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
+               device=self.device, inputs=[x, self.hinge, self.theta0, self.k,
+                                           wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
 
 # %% ../nbs/02_membrane_bending.ipynb #10a03a65
 def _hinge_batch(X, theta0, k, device, fn):
@@ -495,7 +495,7 @@ def hinge_angle(X, device=None) -> np.ndarray:
     e, th = wp.zeros(n, dtype=wp.float64, device=d), wp.zeros(n, dtype=wp.float64, device=d)
     if n:
         launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, k],
-                  outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
+               outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
     return th.numpy()
 
 def hinge_derivatives(X, theta0, k, device=None):
@@ -506,9 +506,9 @@ def hinge_derivatives(X, theta0, k, device=None):
     hb = HessianBlocks.allocate(16 * n, device=d)
     if n:
         launch(_hinge_energy_kernel, dim=n, device=d, inputs=[x, h, t0, kk],
-                  outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
+               outputs=[e, th, wp.zeros(1, dtype=wp.float64, device=d)])
         launch(_hinge_accumulate_kernel, dim=n, device=d, inputs=[x, h, t0, kk, wp.int32(0)],
-                  outputs=[g, hb.rows, hb.cols, hb.vals])
+               outputs=[g, hb.rows, hb.cols, hb.vals])
     return e.numpy(), th.numpy(), g.numpy().reshape(n, 4, 3), _blocks_to_dense(hb.vals.numpy(), n, 4)
 
 # %% ../nbs/02_membrane_bending.ipynb #8ac8e766

@@ -159,8 +159,8 @@ def active(self: FrictionTerm) -> int:
 def _energies(self: FrictionTerm, x: wp.array, total: wp.array) -> wp.array:
     if self.count:
         launch(_friction_energy, dim=self.count,
-                  inputs=[x, self.x0, self.pairs, self.w, self.n, self.load,
-                          wp.float64(self.eps), self._e, total], device=self.device)
+               inputs=[x, self.x0, self.pairs, self.w, self.n, self.load,
+                       wp.float64(self.eps), self._e, total], device=self.device)
     return self._e
 
 @patch

@@ -65,7 +65,7 @@ class LineSearch:
             xj = self._x[j] if self._x else xt
             if alpha is None:
                 launch(_axpy_bounded, dim=len(x), inputs=[x, dx, self.bound, normal, wp.int32(j), xj],
-                          device=self.device)
+                       device=self.device)
             else:
                 launch(_axpy, dim=len(x), inputs=[x, dx, wp.float64(alpha), xj], device=self.device)
                 alpha *= 0.5

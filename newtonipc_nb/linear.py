@@ -206,7 +206,7 @@ def scatter(self: NewtonSystem, blocks: HessianBlocks, count: int) -> None:
                 self.block_rows, self.H.values, self._hint, self._missed
             ])
     launch(_finish_diagonal, dim=self.n, device=self.device,
-              inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
+           inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
 
 SHRINK_AT = 1.1    # a grown pattern past this many times its last fresh size shrinks to the blocks in hand
 
@@ -247,7 +247,7 @@ def finish(self: NewtonSystem, check: bool = True):
         if bad is None:                     # H was not just assembled here: check it now
             self._bad.zero_()
             launch(_finish_diagonal, dim=self.n, device=d,
-                      inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
+                   inputs=[self.diag, self.fixed, self.H.values, self.D, self._bad])
             bad = int(read_back(self._bad)[0])
         self.check_diagonal(bad)
     launch(_equilibrate, dim=self.nnz, device=d, inputs=[self.block_rows, self.H.columns, self.H.values, self.D])
@@ -624,7 +624,7 @@ def shift(self: NewtonSystem, tau: float):
     "Make the equilibrated matrix D H D + τ I on the free particles (the next `scatter` starts again from τ = 0)."
     if tau != self.tau:
         launch(_shift_diagonal, dim=self.n, device=self.device,
-                  inputs=[self.diag, self.fixed, self.H.values, wp.float64(tau - self.tau)])
+               inputs=[self.diag, self.fixed, self.H.values, wp.float64(tau - self.tau)])
         self.tau = tau
 
 def factorise_shifted(linear: LinearSolver, system: NewtonSystem, last: float = 0.0, shift: bool = True) -> float:

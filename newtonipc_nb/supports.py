@@ -82,7 +82,7 @@ class SupportTerm(ElementEnergyTerm):
         check_term_arrays("SupportTerm", x, self.device, n_min=self._n_min)
         if self.count:
             launch(_support_energy_kernel, dim=self.count, device=self.device,
-                      inputs=[x, self.indices, self.targets, self.stiffness], outputs=[self._e, total])
+                   inputs=[x, self.indices, self.targets, self.stiffness], outputs=[self._e, total])
         return self._e
 
     def num_blocks(self) -> int: return self.count
@@ -92,8 +92,8 @@ class SupportTerm(ElementEnergyTerm):
         check_term_arrays("SupportTerm", x, self.device, grad, blocks, offset, self.count, self._n_min)
         if not self.count: return
         launch(_support_accumulate_kernel, dim=self.count, device=self.device,
-                  inputs=[x, self.indices, self.targets, self.stiffness,
-                          wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
+               inputs=[x, self.indices, self.targets, self.stiffness,
+                       wp.int32(offset)], outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
 
 # %% ../nbs/02a_supports.ipynb #71434808
 class InertiaTerm(SupportTerm):
@@ -205,7 +205,7 @@ class TieTerm(ElementEnergyTerm):
         check_term_arrays("TieTerm", x, self.device, n_min=self._n_min)
         if self.count:
             launch(_tie_energy_kernel, dim=self.count, device=self.device,
-                      inputs=[x, self.pairs, self.rest_lengths, self.stiffness], outputs=[self._e, total])
+                   inputs=[x, self.pairs, self.rest_lengths, self.stiffness], outputs=[self._e, total])
         return self._e
 
     def num_blocks(self) -> int: return 4 * self.count
@@ -215,5 +215,5 @@ class TieTerm(ElementEnergyTerm):
         check_term_arrays("TieTerm", x, self.device, grad, blocks, offset, self.num_blocks(), self._n_min)
         if not self.count: return
         launch(_tie_accumulate_kernel, dim=self.count, device=self.device,
-                  inputs=[x, self.pairs, self.rest_lengths, self.stiffness, wp.int32(self.project), wp.int32(offset)],
-                  outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
+               inputs=[x, self.pairs, self.rest_lengths, self.stiffness, wp.int32(self.project), wp.int32(offset)],
+               outputs=[grad, blocks.rows, blocks.cols, blocks.vals])
