@@ -79,6 +79,7 @@ def _records() -> OrderedDict:
 def launch(kernel, dim, inputs=(), outputs=(), device=None) -> None:
     """`wp.launch(kernel, dim, inputs=inputs, outputs=outputs, device=device)`, replayed from a record of the same
     kernel, device and arrays (by identity) when there is one: only the dimension and the changed scalars are set."""
+    device = wp.get_device() if device is None else device     # None: the default device of this call, as wp.launch
     args = (*inputs, *outputs)
     key = (kernel, id(device), *[id(a) if isinstance(a, wp.array) else None for a in args])
     records = _records()
