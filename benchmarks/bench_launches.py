@@ -15,6 +15,7 @@ import argparse
 import collections
 import importlib
 import json
+import pkgutil
 import time
 from pathlib import Path
 
@@ -23,14 +24,15 @@ import pandas as pd
 import warp as wp
 from warp._src.context import Launch
 
+import newtonipc_nb
 from newtonipc_nb import terms
 from newtonipc_nb.scenes.bag_run import run_bag
 from newtonipc_nb.solver import SolverIPC
 
 # every module whose kernels go through `terms.launch` (it is looked up in the module's globals at each call)
-MODULES = [importlib.import_module(f"newtonipc_nb.{m}") for m in
-           ("barrier", "candidates", "ccd", "elastic", "friction", "line_search", "linear", "solver", "supports",
-            "terms")]
+MODULES = [m for m in (importlib.import_module(f"newtonipc_nb.{i.name}")
+                       for i in pkgutil.iter_modules(newtonipc_nb.__path__))
+           if getattr(m, "launch", None) is terms.launch]
 WAYS = ("replayed", "plain")
 REPLAYED = terms.launch       # kept: `terms` is one of MODULES, so its own `launch` is switched too
 
