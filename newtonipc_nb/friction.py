@@ -108,17 +108,21 @@ class FrictionTerm(ElementEnergyTerm):
         self.clear()
 
     def clear(self):
-        "No friction until the next `lag`."
+        """No friction until the next `lag`. The per-candidate arrays (the lag's `_w`, `_n`, `_load` over every
+        candidate; `pairs`, `w`, `n`, `load` and the energies `_e` of those kept) are refilled from step to step, so
+        that the launches on them stay recorded (`launch`): only their first `count` entries hold."""
         d = self.device
         self.count, self.eps = 0, 1.0
         self.x0 = wp.zeros(0, dtype=wp.vec3d, device=d)
-        self.pairs = wp.zeros(0, dtype=wp.vec4i, device=d)
-        self.w = wp.zeros(0, dtype=wp.vec4d, device=d)
-        self.n = wp.zeros(0, dtype=wp.vec3d, device=d)
-        self.load = wp.zeros(0, dtype=wp.float64, device=d)
-        self._e = wp.zeros(0, dtype=wp.float64, device=d)
+        self._w, self._n, self._load = (wp.zeros(0, dtype=t, device=d) for t in (wp.vec4d, wp.vec3d, wp.float64))
+        self.pairs, self.w, self.n, self.load, self._e = (wp.zeros(0, dtype=t, device=d) for t in (
+            wp.vec4i, wp.vec4d, wp.vec3d, wp.float64, wp.float64))
 
 # %% ../nbs/08_friction.ipynb #17ed205e
+def _room(a: wp.array, n: int) -> wp.array:
+    "`a`, or where it holds fewer than `n` entries a new array of its kind with room for 1.5 `n`."
+    return a if a.shape[0] >= n else wp.empty(n + n // 2, dtype=a.dtype, device=a.device)
+
 @patch
 def lag(self: FrictionTerm, x0: wp.array, dt: float, contacts=None, reference: wp.array | None = None):
     """Freeze loads, weights and normals at the step's start positions `x0`, keeping the candidates that carry a
@@ -128,26 +132,27 @@ def lag(self: FrictionTerm, x0: wp.array, dt: float, contacts=None, reference: w
     m = int(cs.count) if self._any_mu else 0
     self.count = 0              # no friction until the lag is complete: a lag cut short (an interrupt) adds none
     self.eps = dt * self.sliding_speed
-    self.x0 = wp.clone(x0 if reference is None else reference)
-    d = self.device
-    w, n, load = wp.zeros(m, dtype=wp.vec4d, device=d), wp.zeros(m, dtype=wp.vec3d,
-                                                                 device=d), wp.zeros(m, dtype=wp.float64, device=d)
+    src = x0 if reference is None else reference
+    if self.x0.shape != src.shape: self.x0 = wp.empty_like(src)
+    wp.copy(self.x0, src)
+    self._w, self._n, self._load = (_room(a, m) for a in (self._w, self._n, self._load))
     if m:
         launch(
             _lag_kernel, dim=m, inputs=[
                 x0, cs.pairs, cs.kind, cs.offset,
                 wp.float64(self.mu), self.particle_mu,
                 wp.float64(self.dhat),
-                wp.float64(self.kappa), w, n, load
-            ], device=d)
+                wp.float64(self.kappa), self._w, self._n, self._load
+            ], device=self.device)
     # once per step: host compaction is cheap
-    keep = np.flatnonzero(load.numpy() > 0) if m else np.zeros(0, np.int64)
-    self.pairs = wp.array(cs.pairs.numpy()[keep], dtype=wp.vec4i, device=d)
-    self.w, self.n = wp.array(w.numpy()[keep], dtype=wp.vec4d,
-                              device=d), wp.array(n.numpy()[keep], dtype=wp.vec3d, device=d)
-    self.load, self._e = wp.array(load.numpy()[keep], dtype=wp.float64,
-                                  device=d), wp.zeros(len(keep), dtype=wp.float64, device=d)
-    self.count = len(keep)
+    keep = np.flatnonzero(self._load.numpy()[:m] > 0)
+    k = len(keep)
+    self.pairs, self.w, self.n, self.load, self._e = (_room(a, k) for a in (self.pairs, self.w, self.n, self.load,
+                                                                            self._e))
+    if k:
+        for kept, lagged in ((self.pairs, cs.pairs), (self.w, self._w), (self.n, self._n), (self.load, self._load)):
+            kept[:k].assign(lagged.numpy()[keep])
+    self.count = k
 
 # %% ../nbs/08_friction.ipynb #b4ab28ec
 @patch

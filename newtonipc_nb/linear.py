@@ -414,15 +414,18 @@ class PardisoSolver(LinearSolver):
         self.csr = ScalarCSR(system, upper=True)
         self._ia, self._ja = self.csr.indptr + 1, self.csr.indices + 1          # PARDISO counts from 1
         self._b, self._x = np.zeros(3 * system.n), np.zeros(3 * system.n)
+        self._solution = wp.array(self._x.reshape(-1, 3), dtype=wp.vec3d, device="cpu", copy=False)   # views `_x`
         self._n = 3 * system.n
         self._run(11)
 
     def _run(self, phase: int, b: np.ndarray | None = None) -> np.ndarray:
         """One call of MKL's `pardiso` with this pattern's arrays: 11 analyse, 22 factorise, 33 solve, 23 factorise (or
-        CG on the kept factor) and solve, −1 release."""
+        CG on the kept factor) and solve, −1 release. `b`: 3n scalars, or n vec3d in a Warp array on the CPU (read where
+        it lies); returns the solution (`_x`)."""
         ps, i32, f64 = self._ps, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_double)
         if self.threads is not None: ps.libmkl.MKL_Set_Num_Threads_Local(ctypes.c_int(self.threads))
-        b = self._b if b is None else np.ascontiguousarray(b, dtype=np.float64)
+        b = self._b if b is None else b.numpy().reshape(-1) if isinstance(b, wp.array) else np.ascontiguousarray(
+            b, dtype=np.float64)
         data, err, one = self.csr.data.numpy(), ctypes.c_int32(0), ctypes.byref(ctypes.c_int32(1))
         ps._mkl_pardiso(ps.pt.ctypes.data_as(ctypes.POINTER(ps._pt_type[0])), one, one, ctypes.byref(ctypes.c_int32(2)),
                         ctypes.byref(ctypes.c_int32(phase)), ctypes.byref(ctypes.c_int32(self._n)),
@@ -455,13 +458,15 @@ def factorise(self: PardisoSolver, system):
 
 @patch
 def solve(self: PardisoSolver, system, out):
-    b = system.rhs.numpy().reshape(-1)
-    if self._cg and not b.any():        # z = 0 (PARDISO's CG never returns on a zero right-hand side)
-        x = np.zeros_like(b)
-    elif self._cg:                      # CG to 10^−CG_DIGITS; where it fails, PARDISO factorises this matrix itself
+    if not self._cg:
+        x = self._run(33, system.rhs)
+    elif not system.rhs.numpy().any():  # z = 0 (PARDISO's CG never returns on a zero right-hand side)
+        x = self._x
+        x.fill(0.0)
+    else:                               # CG to 10^−CG_DIGITS; where it fails, PARDISO factorises this matrix itself
         self._cg_last, self._ps.iparm[3] = None, 10 * CG_DIGITS + 2
         try:
-            x = self._run(23, b)
+            x = self._run(23, system.rhs)
         finally:
             self._ps.iparm[3] = 0
         it = int(self._ps.iparm[19])    # > 0: CG's iterations; < 0: it failed and the factor is fresh
@@ -469,11 +474,9 @@ def solve(self: PardisoSolver, system, out):
         if it > 0:
             self.stats["reused"] += 1
             self.stats["cg_iterations"] += it
-    else:
-        x = self._run(33, b)
     _check_solution(x, self.name)
     self.stats["solves"] += 1
-    out.assign(x.reshape(-1, 3))
+    wp.copy(out, self._solution)         # the solution's own array, viewed: no copy through a new one
 
 # %% ../nbs/09_linear.ipynb #9af80274
 class _TorchSolver(LinearSolver):

@@ -5,6 +5,7 @@
 # %% ../nbs/01_terms.ipynb #20dcb499
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -58,16 +59,43 @@ def add_gradient(grad: wp.array(dtype=wp.vec3d), i: wp.int32, g: wp.vec3d):
 
 # %% ../nbs/01_terms.ipynb #358ec864
 _VALUES = (bool, int, float, wp.int32, wp.int64, wp.uint32, wp.uint64, wp.float32, wp.float64)  # compared by value
+try:        # whether a CPU graph is being captured: Warp's CPU replay records the launch then, not runs it
+    from warp._src.context import _get_apic_capture_for_device as _cpu_capture
+except ImportError:
+    _cpu_capture = None
 
 class _Recorded:
     """A recorded launch, the dimension it last ran with, its arguments and device (held: their identities are the
-    record's key) and which arguments are not arrays."""
-    __slots__ = ("cmd", "dim", "args", "device", "others")
+    record's key), which arguments are not arrays, and on the CPU the kernel's entry with its packed arguments
+    (`_cpu_entry`; None elsewhere)."""
+    __slots__ = ("cmd", "dim", "args", "device", "others", "entry", "packed", "ref", "fields", "bounds")
 
     def __init__(self, cmd, dim, args, device):
         self.cmd, self.dim, self.args, self.device = cmd, dim, list(args), device
         self.others = [i for i, a in enumerate(args) if not isinstance(a, wp.array)]
+        self.entry = None
 
+    def run(self):
+        "Run the recorded launch as it stands: its CPU entry where it has one and no CPU graph is being captured."
+        if self.entry is None or _cpu_capture(self.device) is not None: self.cmd.launch()
+        else: self.entry(self.bounds, self.ref)
+
+def _cpu_entry(r: _Recorded):
+    """Give `r` the compiled kernel's entry and the packed argument block with which Warp's own CPU replay
+    (`Launch.launch`) calls it — that replay rebuilds the block on every call, ~4 µs of Python for a call of ~1 µs —
+    from the block type Warp cached at its first call; none where that replay does more (a CUDA device, thread blocks,
+    gradients) or this Warp caches otherwise."""
+    cmd = r.cmd
+    if _cpu_capture is None or not cmd.device.is_cpu or cmd.block_dim > 1 or cmd.adjoint: return
+    cached = getattr(cmd.kernel, "_invoke_cache", {}).get((tuple(type(p) for p in cmd.params[1:]), False))
+    if cached is None: return
+    block, fields = cached
+    packed = block()
+    for i, (name, _) in enumerate(fields): setattr(packed, name, cmd.params[1 + i])
+    r.entry, r.packed, r.ref, r.fields = cmd.hooks.forward, packed, ctypes.byref(packed), [name for name, _ in fields]
+    r.bounds = ctypes.byref(cmd.params[0])
+
+# %% ../nbs/01_terms.ipynb #c2d3e4f5
 RECORDED_MAX = 256      # records kept per thread: about five Newton iterations' worth of distinct launches
 _THREAD = threading.local()     # each thread its own records: a table shared between threads would need a lock
 
@@ -88,17 +116,21 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None) -> None:
         r = records[key] = _Recorded(wp.launch(kernel, dim, inputs=inputs, outputs=outputs, device=device,
                                                  record_cmd=True), dim, args, device)
         if len(records) > RECORDED_MAX: records.popitem(last=False)
-    else:
-        records.move_to_end(key)
-        if r.dim != dim:
-            r.cmd.set_dim(dim)
-            r.dim = dim
-        for i in r.others:
-            a, last = args[i], r.args[i]
-            if a is last or (type(a) is type(last) and type(a) in _VALUES and a == last and a != 0): continue
-            r.cmd.set_param_at_index(i, a)
-            r.args[i] = a
-    r.cmd.launch()
+        r.cmd.launch()
+        _cpu_entry(r)
+        return
+    records.move_to_end(key)
+    if r.dim != dim:
+        r.cmd.set_dim(dim)
+        r.dim = dim
+        if r.entry is not None: r.bounds = ctypes.byref(r.cmd.params[0])
+    for i in r.others:
+        a, last = args[i], r.args[i]
+        if a is last or (type(a) is type(last) and type(a) in _VALUES and a == last and a != 0): continue
+        r.cmd.set_param_at_index(i, a)
+        r.args[i] = a
+        if r.entry is not None: setattr(r.packed, r.fields[i], r.cmd.params[1 + i])
+    r.run()
 
 # %% ../nbs/01_terms.ipynb #5de4992e
 @wp.kernel

@@ -124,10 +124,11 @@ def test_cloth_drop_on_sphere_has_no_intersections():
 
 
 def test_replayed_launches_take_the_plain_launches_steps(monkeypatch):
-    """The package's kernels go through `terms.launch`, which replays recorded launches: the cloth drop takes the same
-    steps, bit for bit, as with every launch made by `wp.launch`."""
+    """The package's kernels go through `terms.launch`, which replays recorded launches (on the CPU through the
+    kernel's entry): the cloth drop takes the same steps, bit for bit, as with every launch made by `wp.launch`."""
     x, hits, _ = run_cloth_drop(24)
     assert len(terms._records()) > 0 and sum(hits) == 0
+    assert all(r.entry is not None for r in terms._records().values())     # every replay called the entry itself
     for info in pkgutil.iter_modules(newtonipc_nb.__path__):       # every module that launches through it
         module = importlib.import_module(f"newtonipc_nb.{info.name}")
         if getattr(module, "launch", None) is terms.launch: monkeypatch.setattr(module, "launch", wp.launch)

@@ -121,7 +121,7 @@ def slide_on_incline(theta_deg: float, body: str = "sphere", *, mu: float = 0.35
         if k == steps: break
         solver.step(s0, s1, None, None, dt)
         s0, s1 = s1, s0
-        loads.append(float(solver.friction.load.numpy().sum()) if solver.friction.count else 0.0)
+        loads.append(float(solver.friction.load.numpy()[: solver.friction.count].sum()))
         iters.append(solver.last_stats.newton_iterations)
     wall = time.perf_counter() - t0
     X = np.asarray(X) - X[0]
