@@ -54,11 +54,11 @@ class Interleaved:
 
     def install(self):
         step, record, bench = SolverIPC.step, wp.launch, self
-        ways = {"replayed": (REPLAYED, RUN), "plain": (wp.launch, RUN), "warp-replay": (REPLAYED, warp_replay)}
+        modes = {"replayed": (REPLAYED, RUN), "plain": (wp.launch, RUN), "warp-replay": (REPLAYED, warp_replay)}
 
         def timed_step(solver, *args, **kw):
             bench._way = self.ways[(bench._k + bench.parity) % 2]
-            launch, bench._run = ways[bench._way]
+            launch, bench._run = modes[bench._way]
             for m in MODULES: m.launch = launch
             t = time.perf_counter()
             try: return step(solver, *args, **kw)

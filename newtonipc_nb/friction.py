@@ -88,7 +88,8 @@ def _friction_accumulate(x: wp.array(dtype=wp.vec3d), x0: wp.array(dtype=wp.vec3
 # %% ../nbs/08_friction.ipynb #75052fd8
 class FrictionTerm(ElementEnergyTerm):
     """Lagged smoothed friction over the contact candidates of `search` (a `CandidateSearch`); μ = `mu`. `hessian`
-    (may be changed between assemblies): "exact" (default) or "majorizer" (λP(I/s)P, above the energy everywhere)."""
+    (may be changed between assemblies): "exact" (default) or "majorizer" (λP(I/s)P, above the energy everywhere).
+    After `lag`, the first `count` entries of `pairs`, `w`, `n` and `load` are the contacts that carry a load."""
     psd = True          # convex in x: λ P (I/s − t tᵀ/s³) P has eigenvalues λ/s and λε²/s³ in the tangent plane
     def __init__(self, search, *, mu: float = 0.35, dhat: float = 1.0e-3, kappa: float = 1000.0,
                  sliding_speed: float = 1.0e-3, particle_mu=None):

@@ -424,8 +424,9 @@ class PardisoSolver(LinearSolver):
         it lies); returns the solution (`_x`)."""
         ps, i32, f64 = self._ps, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_double)
         if self.threads is not None: ps.libmkl.MKL_Set_Num_Threads_Local(ctypes.c_int(self.threads))
-        b = self._b if b is None else b.numpy().reshape(-1) if isinstance(b, wp.array) else np.ascontiguousarray(
-            b, dtype=np.float64)
+        if b is None: b = self._b
+        elif isinstance(b, wp.array): b = b.numpy().reshape(-1)
+        else: b = np.ascontiguousarray(b, dtype=np.float64)
         data, err, one = self.csr.data.numpy(), ctypes.c_int32(0), ctypes.byref(ctypes.c_int32(1))
         ps._mkl_pardiso(ps.pt.ctypes.data_as(ctypes.POINTER(ps._pt_type[0])), one, one, ctypes.byref(ctypes.c_int32(2)),
                         ctypes.byref(ctypes.c_int32(phase)), ctypes.byref(ctypes.c_int32(self._n)),
