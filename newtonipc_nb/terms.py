@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -59,25 +60,24 @@ def add_gradient(grad: wp.array(dtype=wp.vec3d), i: wp.int32, g: wp.vec3d):
 
 # %% ../nbs/01_terms.ipynb #358ec864
 _VALUES = (bool, int, float, wp.int32, wp.int64, wp.uint32, wp.uint64, wp.float32, wp.float64)  # compared by value
-try:        # whether a CPU graph is being captured: Warp's CPU replay records the launch then, not runs it
-    from warp._src.context import _get_apic_capture_for_device as _cpu_capture
-except ImportError:
-    _cpu_capture = None
 
 class _Recorded:
-    """A recorded launch, the dimension it last ran with, its arguments and device (held: their identities are the
-    record's key), which arguments are not arrays, and on the CPU the kernel's entry with its packed arguments
-    (`_cpu_entry`; None elsewhere)."""
-    __slots__ = ("cmd", "dim", "args", "device", "others", "entry", "packed", "ref", "fields", "bounds")
+    """A recorded launch, the dimension it last ran with, its arguments that are not arrays (`others`: their
+    positions), weak references to its arrays (their identities are the record's key; the first collected calls
+    `forget`), and on the CPU the kernel's entry with its packed arguments (`_cpu_entry`; None elsewhere)."""
+    __slots__ = ("cmd", "dim", "args", "refs", "others", "entry", "packed", "ref", "fields", "bounds")
 
-    def __init__(self, cmd, dim, args, device):
-        self.cmd, self.dim, self.args, self.device = cmd, dim, list(args), device
+    def __init__(self, cmd, dim, args, forget):
+        self.cmd, self.dim = cmd, dim
         self.others = [i for i, a in enumerate(args) if not isinstance(a, wp.array)]
-        self.entry = None
+        self.args = [None if isinstance(a, wp.array) else a for a in args]
+        self.refs = [weakref.ref(a, forget) for a in args if isinstance(a, wp.array)]
+        cmd.fwd_args = cmd.adj_args = None   # Warp's own copy would hold the arrays; it serves only graph captures,
+        self.entry = None                    # which `launch` leaves to wp.launch
 
     def run(self):
-        "Run the recorded launch as it stands: its CPU entry where it has one and no CPU graph is being captured."
-        if self.entry is None or _cpu_capture(self.device) is not None: self.cmd.launch()
+        "Run the recorded launch as it stands: through its CPU entry where it has one."
+        if self.entry is None: self.cmd.launch()
         else: self.entry(self.bounds, self.ref)
 
 def _cpu_entry(r: _Recorded):
@@ -86,7 +86,7 @@ def _cpu_entry(r: _Recorded):
     from the block type Warp cached at its first call; none where that replay does more (a CUDA device, thread blocks,
     gradients) or this Warp caches otherwise."""
     cmd = r.cmd
-    if _cpu_capture is None or not cmd.device.is_cpu or cmd.block_dim > 1 or cmd.adjoint: return
+    if not cmd.device.is_cpu or cmd.block_dim > 1 or cmd.adjoint: return
     cached = getattr(cmd.kernel, "_invoke_cache", {}).get((tuple(type(p) for p in cmd.params[1:]), False))
     if cached is None: return
     block, fields = cached
@@ -107,14 +107,17 @@ def _records() -> OrderedDict:
 def launch(kernel, dim, inputs=(), outputs=(), device=None) -> None:
     """`wp.launch(kernel, dim, inputs=inputs, outputs=outputs, device=device)`, replayed from a record of the same
     kernel, device and arrays (by identity) when there is one: only the dimension and the changed scalars are set."""
-    device = wp.get_device() if device is None else device     # None: the default device of this call, as wp.launch
+    if not isinstance(device, wp.Device): device = wp.get_device(device)    # None: this call's default, as wp.launch
+    if device.is_capturing:             # a replay would run the kernel, where the graph must record it
+        wp.launch(kernel, dim, inputs=inputs, outputs=outputs, device=device)
+        return
     args = (*inputs, *outputs)
     key = (kernel, id(device), *[id(a) if isinstance(a, wp.array) else None for a in args])
     records = _records()
     r = records.get(key)
     if r is None:
         r = records[key] = _Recorded(wp.launch(kernel, dim, inputs=inputs, outputs=outputs, device=device,
-                                                 record_cmd=True), dim, args, device)
+                                                 record_cmd=True), dim, args, lambda _: records.pop(key, None))
         if len(records) > RECORDED_MAX: records.popitem(last=False)
         r.cmd.launch()
         _cpu_entry(r)

@@ -1,5 +1,6 @@
 """SolverIPC end to end: rejected inputs, linear solvers that agree, energy descent, and a cloth drop without
 intersections."""
+import gc
 import importlib
 import math
 import pkgutil
@@ -114,11 +115,11 @@ def run_cloth_drop(steps):
         x = s0.particle_q.numpy().astype(np.float64)[: len(np.unique(faces))]
         hits.append(count_intersections(x, faces))
         worst_gap = min(worst_gap, solver.last_stats.min_gap)
-    return x, hits, worst_gap
+    return x, hits, worst_gap, solver
 
 
 def test_cloth_drop_on_sphere_has_no_intersections():
-    x, hits, gap = run_cloth_drop(48)
+    x, hits, gap, _ = run_cloth_drop(48)
     assert sum(hits) == 0 and gap > 0
     assert x[:, 2].min() < 0.02            # the sheet has draped past the sphere's top
 
@@ -126,9 +127,12 @@ def test_cloth_drop_on_sphere_has_no_intersections():
 def test_replayed_launches_take_the_plain_launches_steps(monkeypatch):
     """The package's kernels go through `terms.launch`, which replays recorded launches (on the CPU through the
     kernel's entry): the cloth drop takes the same steps, bit for bit, as with every launch made by `wp.launch`."""
-    x, hits, _ = run_cloth_drop(24)
+    x, hits, _, solver = run_cloth_drop(24)
     assert len(terms._records()) > 0 and sum(hits) == 0
     assert all(r.entry is not None for r in terms._records().values())     # every replay called the entry itself
+    del solver
+    gc.collect()
+    assert len(terms._records()) == 0     # no record outlives its arrays: the solver's memory went with the solver
     for info in pkgutil.iter_modules(newtonipc_nb.__path__):       # every module that launches through it
         module = importlib.import_module(f"newtonipc_nb.{info.name}")
         if getattr(module, "launch", None) is terms.launch: monkeypatch.setattr(module, "launch", wp.launch)
@@ -140,7 +144,7 @@ def test_replayed_launches_take_the_plain_launches_steps(monkeypatch):
 
 @pytest.mark.slow
 def test_cloth_drop_settles_without_intersections():
-    x, hits, gap = run_cloth_drop(240)
+    x, hits, gap, _ = run_cloth_drop(240)
     assert sum(hits) == 0 and gap > 0
 
 
