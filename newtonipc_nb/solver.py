@@ -494,9 +494,12 @@ def _solve(self: SolverIPC, xs: np.ndarray, xe: np.ndarray, v0: np.ndarray, f: n
         x = self._prescribe(xs, xe, st)
         self._x_ref.assign(xs)
     # friction is lagged over the candidates active once the prescribed particles have moved; sliding counts from xs
-    self.friction.lag(x, dt, self.barrier.near(x, 0.0), reference=self._x_ref if prescribed else None)
+    rest = self.barrier.near(x, 0.0)        # every candidate that can be active at x
+    self.friction.lag(x, dt, rest, reference=self._x_ref if prescribed else None)
     st.active_contacts = max(st.active_contacts, self.friction.count)
-    x = self._newton(dt, st, self._extrapolate(v0, dt, st))
+    phi = self._extrapolate(v0, dt, st)
+    if phi is None: self._restrict(rest)    # at rest too the first assembly reserves Hessian slots only within d̂
+    x = self._newton(dt, st, phi)
     x32 = x.numpy().astype(np.float32).astype(np.float64)
     xr = self._xt
     xr.assign(x32)
@@ -602,9 +605,7 @@ def _start(self: SolverIPC, x_in: np.ndarray, state_in) -> tuple[np.ndarray, np.
             obs.check_sweep(self._body_q, body_q)
         except ValueError as e:
             raise SolverError(str(e)) from e
-        xs = last.copy()
-        xe = np.concatenate([x_in, end])
-        return xs, xe, True
+        return last.copy(), np.concatenate([x_in, end]), True
     x = np.concatenate([x_in, end])
     return x, x.copy(), False
 
