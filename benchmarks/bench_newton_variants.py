@@ -34,7 +34,11 @@ Every variant patches the solver in this process only; the committed solver is t
   linearly from the last two steps, in place of the constant-velocity guess x0 + dt v0 (the same CCD and halving).
 * `shift-oracle`: a refused matrix is shifted by τ = c·(−λmin(D H D)) (c: `--oracle`), its smallest eigenvalue from a
   dense eigen-solve, doubled while still refused, in place of the τ ladder: what a just-sufficient shift would do to
-  the iterations. (A dense eigen-solve per shifted iteration: a measurement, not a solver.)
+  the iterations. Above `DENSE_MAX` unknowns (resolution 4) −λmin is bracketed by factorisations instead: the
+  smallest accepted τ, found to within a factor 1.25 by bisection on log τ. (A dense eigen-solve or a dozen
+  factorisations per shifted iteration: a measurement, not a solver; the bisection's refusals are counted.)
+  `exact-oracle`: the same shift with the membrane's exact form throughout (`always-exact`'s option), where a settled
+  rule's absolute values leave few matrices to shift.
 
 `--settled` starts the membrane rule settled (absolute values, the exact form on trial), as a whole run at resolution
 2 or 4 leaves it after the fold; without it a resumed window starts the rule afresh (exact), as resolution 1 stays.
@@ -67,8 +71,9 @@ COUNTS = dict(refused=0, trials=0, refused_trials=0, clipped=0, steered=0)     #
 VARIANTS = ("committed", "friction-sticky", "friction-exact", "shift-keep", "shift-tenth", "damped",
             "damped-converges", "barrier-exact", "membrane-absolute", "clip", "trial-wait16", "trial-near",
             "trial-none", "always-absolute", "always-exact", "secant", "anderson", "hinge-exact",
-            "halve", "predict", "shift-oracle")
-OPTIONS = {"always-absolute": dict(membrane_hessian="absolute"), "always-exact": dict(membrane_hessian="exact")}
+            "halve", "predict", "shift-oracle", "exact-oracle")
+OPTIONS = {"always-absolute": dict(membrane_hessian="absolute"), "always-exact": dict(membrane_hessian="exact"),
+           "exact-oracle": dict(membrane_hessian="exact")}
 
 
 def patched(variant: str, a):
@@ -84,7 +89,7 @@ def patched(variant: str, a):
         start = {"shift-keep": s._last_tau, "shift-tenth": s._last_tau / 10, "damped": s._damp,
                  "damped-converges": s._damp}.get(variant, 0.0)
         try:
-            if variant == "shift-oracle" and shift: tau = oracle_shift(linear, system, a.oracle)
+            if variant in ("shift-oracle", "exact-oracle") and shift: tau = oracle_shift(linear, system, a.oracle)
             elif not (shift and start > 0): tau = factorise_shifted(linear, system, last, shift)
             else: tau = climb(linear, system, start, 10)
         finally:                                    # a refused trial raises: counted too
@@ -222,14 +227,37 @@ def patched(variant: str, a):
     return restore
 
 
-def oracle_shift(linear, system, c):
-    "`shift-oracle`: τ = 0; refused, τ = c·(−λmin) of the equilibrated matrix (a dense eigen-solve), ×2 while refused."
-    system.shift(0.0)
+DENSE_MAX = 6000        # unknowns up to which `shift-oracle` finds λmin by a dense eigen-solve
+
+
+def accepted(linear, system, tau) -> bool:
+    "Whether the system shifted by τ I factorises (a refusal is counted)."
+    system.shift(tau)
     try:
         linear.prepare(system)
-        return 0.0
+        return True
     except linear_mod.NotPositiveDefinite:
         linear.stats["indefinite"] += 1
+        return False
+
+
+def smallest_accepted(linear, system, ratio=1.25) -> float:
+    "The smallest τ, to within `ratio`, whose shifted factorisation is accepted (−λmin of the equilibrated matrix)."
+    lo, hi = 0.0, linear_mod.SHIFT_MIN
+    while not accepted(linear, system, hi):
+        if hi >= linear_mod.SHIFT_MAX: raise linear_mod.NotPositiveDefinite("shift-oracle: past SHIFT_MAX")
+        lo, hi = hi, 10 * hi
+    while lo > 0 and hi > ratio * lo:       # lo = 0: SHIFT_MIN suffices, the floor the dense oracle keeps too
+        mid = float(np.sqrt(lo * hi))
+        lo, hi = (lo, mid) if accepted(linear, system, mid) else (mid, hi)
+    return hi
+
+
+def oracle_shift(linear, system, c):
+    """`shift-oracle`: τ = 0; refused, τ = c·(−λmin) of the equilibrated matrix (a dense eigen-solve, or above
+    `DENSE_MAX` unknowns the smallest accepted shift), ×2 while refused."""
+    if accepted(linear, system, 0.0): return 0.0
+    if 3 * system.n > DENSE_MAX: return climb(linear, system, c * smallest_accepted(linear, system), 2)
     csr = getattr(linear, "csr", None)              # PARDISO's upper triangle, refreshed by the refused factorisation
     if csr is None: raise SystemExit(f"shift-oracle reads PARDISO's matrix; this run's linear solver is {linear.name}")
     U = sp.csr_matrix((csr.data.numpy(), csr.indices, csr.indptr), shape=csr.shape)
