@@ -267,15 +267,9 @@ def oracle_shift(linear, system, c):
 
 def climb(linear, system, tau, factor):
     "Factorise the system shifted by τ I, τ × `factor` at each refusal (past SHIFT_MAX the refusal is raised)."
-    while True:
-        system.shift(tau)
-        try:
-            linear.prepare(system)
-            break
-        except linear_mod.NotPositiveDefinite:
-            linear.stats["indefinite"] += 1
-            if tau >= linear_mod.SHIFT_MAX: raise
-            tau *= factor
+    while not accepted(linear, system, tau):
+        if tau >= linear_mod.SHIFT_MAX: raise linear_mod.NotPositiveDefinite(f"refused up to τ = {tau:g}")
+        tau *= factor
     linear.stats["shifted"] += 1
     return tau
 
