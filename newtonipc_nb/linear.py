@@ -365,7 +365,7 @@ def import_pypardiso():
     return pypardiso
 
 def pardiso_handle(pypardiso):
-    "A pypardiso handle for a real SPD matrix in upper CSR: MKL's defaults, no refinement, two-level (see above)."
+    "A pypardiso handle for a real SPD matrix in upper CSR: MKL's defaults without iterative refinement (see above)."
     ps = pypardiso.PyPardisoSolver(mtype=2)
     mkl = ps.libmkl
     # the mode is the process's: it takes only before MKL's first call (the first handle); later it stays as it is
@@ -373,7 +373,6 @@ def pardiso_handle(pypardiso):
     mkl.pardisoinit(ps.pt.ctypes.data_as(ctypes.c_void_p), ctypes.byref(ctypes.c_int32(2)),
                     ps.iparm.ctypes.data_as(ctypes.c_void_p))
     ps.iparm[7] = 0        # no refinement steps: the factor alone solves these systems to ~1e-13
-    ps.iparm[23] = 1       # two-level factorisation: its triangular solves take half the time on 2 threads
     # where `import_pypardiso` found no library, pypardiso searched: tell the next handles what it found
     os.environ.setdefault("PYPARDISO_MKL_RT", mkl._name)
     return ps
