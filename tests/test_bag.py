@@ -18,7 +18,9 @@ from newtonipc_nb.intersections import count_intersections
 from newtonipc_nb.scenes.bag_cli import main
 from newtonipc_nb.scenes.bag_measure import measure, neck_width
 from newtonipc_nb.scenes.bag_run import Trajectory, apply_controls, load_trajectory, run_bag
-from newtonipc_nb.scenes.bag_scene import BIN_HEIGHT, BIN_RADIUS, DT, HEM_RING, BagScene, bag_mesh, ring_vertices
+from newtonipc_nb.scenes.bag_scene import (BAG_WAIST, BIN_HEIGHT, BIN_RADIUS, DT, HEM_RING, BagScene, bag_mesh,
+                                           ring_vertices)
+from newtonipc_nb.scenes.choreography import SPHERE_DROPS
 from newtonipc_nb.solver import EXACT_FROM
 
 from cli_helpers import BAG, cli, fake_run, in_process, one_line, sigint_default
@@ -33,14 +35,17 @@ def test_bag_smoke_two_steps(tmp_path):
     assert np.all(d["step_min_gap"] > 0)
 
 
-def test_first_phase_folds_the_bag_over_the_rim(tmp_path):
+def test_first_phase_folds_the_bag_over_the_rim_and_leaves_room_for_the_drops(tmp_path):
     out = tmp_path / "phase1.npz"
-    run_bag(0.75, out=out, progress=False, every=4)
+    run_bag(SPHERE_DROPS[0] - DT, out=out, progress=False, every=4)
     d = load_trajectory(out)
     film = d["film"].astype(np.float64)
     hem = film[-1][ring_vertices(HEM_RING)]
     assert np.all(np.linalg.norm(hem[:, :2], axis=1) > BIN_RADIUS), "the hem hangs outside the bin's wall"
     assert np.all(hem[:, 2] < BIN_HEIGHT), "the hem is below the rim"
+    # just before the first drop no film halfway up the bin is nearer the axis than the waist the drop points allow for
+    halfway = film[-1][(film[-1][:, 2] > 0.025) & (film[-1][:, 2] < 0.095)]
+    assert np.linalg.norm(halfway[:, :2], axis=1).min() >= BAG_WAIST
     assert all(count_intersections(f, d["faces"]) == 0 for f in film)
     assert np.all(d["step_min_gap"] > 0)
     # a step's first EXACT_FROM iterations are neither lengthened nor given the exact (perhaps indefinite) membrane

@@ -18,10 +18,10 @@ from ..solver import SolverIPC
 # %% auto #0
 __all__ = ['N_RINGS', 'N_COLUMNS', 'NECK_RING', 'HEM_RING', 'BOTTOM_RINGS', 'BOTTOM_RADIUS', 'SHOULDER', 'NECK', 'FLAP_EDGE',
            'FLAP_FLARE', 'BIN_RADIUS', 'BIN_HEIGHT', 'RESOLUTIONS', 'SPHERE_RADII', 'SPHERE_DENSITY',
-           'SPHERE_COLUMN_BOTTOM', 'SPHERE_COLUMN_GAP', 'SPHERE_DROP_XY', 'DT', 'DRAG', 'TOL_HANDLING', 'TOL_RELEASED',
-           'SCENE_OPTIONS', 'check_resolution', 'bag_grid', 'ring_sizes', 'film_resolution', 'ring_vertices',
-           'ring_and_column', 'bag_mesh', 'bin_mesh', 'floor_mesh', 'SceneIndex', 'sphere_column', 'bag_scene_builder',
-           'BagScene']
+           'SPHERE_COLUMN_BOTTOM', 'SPHERE_COLUMN_GAP', 'BAG_WAIST', 'SPHERE_DROP_XY', 'DT', 'DRAG', 'TOL_HANDLING',
+           'TOL_RELEASED', 'SCENE_OPTIONS', 'check_resolution', 'bag_grid', 'ring_sizes', 'film_resolution',
+           'ring_vertices', 'ring_and_column', 'bag_mesh', 'bin_mesh', 'floor_mesh', 'SceneIndex', 'sphere_column',
+           'bag_scene_builder', 'BagScene']
 
 # %% ../../nbs/23_bag_scene.ipynb #79e5c209
 N_RINGS, N_COLUMNS = 15, 32
@@ -181,8 +181,9 @@ class SceneIndex:
 
 SPHERE_COLUMN_BOTTOM = 0.175   # m, centre height of the lowest waiting sphere (hem top at 0.138 m)
 SPHERE_COLUMN_GAP = 0.005      # m, vertical gap between consecutive waiting spheres
+BAG_WAIST = 0.0415             # m, the hanging bag's least radius halfway up when the spheres drop (resolution 1)
 # m
-SPHERE_DROP_XY = ((-0.027, 0.0), (0.027, 0.0), (0.0, 0.022), (0.0, -0.030), (-0.029, 0.029), (0.029, 0.029), (0.0, 0.0))
+SPHERE_DROP_XY = ((-0.014, 0.0), (0.014, 0.0), (0.0, 0.014), (0.0, -0.028), (-0.028, 0.0), (0.028, 0.0), (0.0, -0.014))
 
 def sphere_column(radii=SPHERE_RADII, drop_xy=SPHERE_DROP_XY, bottom: float = SPHERE_COLUMN_BOTTOM,
                   gap: float = SPHERE_COLUMN_GAP) -> np.ndarray:
