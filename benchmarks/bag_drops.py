@@ -1,0 +1,110 @@
+"""Whether the seven spheres settle the same way when the path is nudged. The bag scene runs from t = 0 to --until
+(default 3.0 s, the end of the lift), once as it is and once per seed with every film vertex moved, after the first
+step, by a seeded random offset of --nudge in each coordinate (default 1e-7 m: less than a CUDA run's positions may
+differ from the CPU's after a step, 2e-7 m). A run whose packing depends on such a nudge depends on the device and
+the linear solver's rounding too.
+
+Per run: the film's least distance from the axis halfway up the bin just before the first drop (the waist the drop
+points allow for), the pile's top at the last step before the hem is let go against the rim, how far each sphere sits
+from where the un-nudged run put it then, how many spheres are inside the bag at --until, Newton iterations and wall
+time; a run to the scene's end (--until 10.5) also gets the scene's verdict: intersecting frames, neck and flap. Prints
+a table, writes JSON.
+
+Usage: python benchmarks/bag_drops.py [--resolution 1] [--seeds 0 1 2 3] [--nudge 1e-7] [--until 3.0]
+[--json benchmarks/results/bag_drops_res1.json]
+"""
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from newtonipc_nb.scenes.bag_measure import inside_bag, measure
+from newtonipc_nb.scenes.bag_run import load_trajectory, run_bag
+from newtonipc_nb.scenes.bag_scene import BAG_WAIST, BIN_HEIGHT, DT, SPHERE_RADII
+from newtonipc_nb.scenes.choreography import SPHERE_DROPS
+
+HEM_RELEASE = 2.0               # s, the timeline lets go of the hem here: the pile is measured one step before
+HALFWAY = (0.025, 0.095)        # m, the heights where the hanging bag's waist is measured (as the scene's test does)
+SCENE_END = 10.5                # s, the end of the timeline: a run to it is judged on every frame
+
+
+def nudged_start(first: dict, seed, nudge: float) -> dict:
+    "The one-step run `first` with its last film frame moved by a seeded offset in [-nudge, nudge] (seed None: as is)."
+    d = dict(first)
+    if seed is not None:
+        film = d["film"].copy()
+        film[-1] += np.random.default_rng(seed).uniform(-nudge, nudge, film[-1].shape).astype(np.float32)
+        d["film"] = film
+    return d
+
+
+def _frame(d: dict, t: float) -> int:
+    return int(np.argmin(np.abs(d["time"] - t)))
+
+
+def summary(d: dict, base: dict | None, wall: float) -> dict:
+    "One run's row (`base`: the un-nudged run's trajectory, for how far its spheres moved)."
+    film = d["film"].astype(np.float64)
+    k0 = _frame(d, SPHERE_DROPS[0] - DT)
+    halfway = film[k0][(film[k0][:, 2] > HALFWAY[0]) & (film[k0][:, 2] < HALFWAY[1])]
+    kp = _frame(d, HEM_RELEASE - DT)
+    s = d["spheres"].astype(np.float64)
+    top = (s[kp, :, 2] + np.asarray(SPHERE_RADII)).max()
+    moved = None if base is None else round(1e3 * np.linalg.norm(s[kp] - base["spheres"][kp], axis=1).max(), 2)
+    inside = inside_bag(s[-1], film[-1], d["faces"])
+    it = np.asarray(d["step_newton_iterations"])
+    whole = {}
+    if d["time"][-1] >= SCENE_END - 1e-9:       # a whole run: the scene's verdict on every stored frame too
+        m = {r["measure"]: r["value"] for r in measure(d).to_dict(orient="records")}
+        whole = {k: m[k] for k in ("self-intersection frames / all frames", "neck width x × y", "flap height")}
+    return {"waist before the drops (mm)": round(1e3 * np.linalg.norm(halfway[:, :2], axis=1).min(), 2),
+            f"pile top at {d['time'][kp]:.4f} s (mm)": round(1e3 * top, 1),
+            "above the rim (mm)": round(1e3 * (top - BIN_HEIGHT), 1),
+            "farthest sphere from the un-nudged run's (mm)": moved,
+            f"spheres inside at {d['time'][-1]:.2f} s": f"{int(inside.sum())} / {len(inside)}",
+            **whole, "Newton iterations": int(it.sum()), "wall (s)": round(wall, 1)}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--resolution", type=int, default=1)
+    p.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2, 3])
+    p.add_argument("--nudge", type=float, default=1e-7, help="m, the largest offset per coordinate")
+    p.add_argument("--until", type=float, default=3.0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", type=Path)
+    a = p.parse_args(argv)
+    if a.until < HEM_RELEASE: p.error(f"--until must reach the hem's release, {HEM_RELEASE} s")
+    rows, base = {}, None
+    with tempfile.TemporaryDirectory() as tmp:
+        first = Path(tmp) / "first.npz"
+        run_bag(DT, out=first, progress=False, resolution=a.resolution, device=a.device)
+        first = load_trajectory(first)
+        for seed in [None, *a.seeds]:
+            t0 = time.perf_counter()
+            traj = run_bag(a.until, resume=nudged_start(first, seed, a.nudge), progress=False, device=a.device,
+                           resolution=a.resolution, out=Path(tmp) / "run.npz")
+            wall = time.perf_counter() - t0
+            d = load_trajectory(Path(tmp) / "run.npz")
+            if not str(traj.stopped).startswith("completed"): raise SystemExit(f"seed {seed}: {traj.stopped}")
+            name = "un-nudged" if seed is None else f"seed {seed}"
+            rows[name] = summary(d, base, wall)
+            if seed is None: base = d
+            print(name, rows[name], flush=True)
+    table = pd.DataFrame(rows).T
+    print(f"\nresolution {a.resolution}, nudge {a.nudge:g} m after the first step; the drop points allow for a waist "
+          f"of {1e3 * BAG_WAIST:.1f} mm; rim at {1e3 * BIN_HEIGHT:.0f} mm\n")
+    print(table.to_string())
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(dict(resolution=a.resolution, nudge_m=a.nudge, until_s=a.until, runs=rows),
+                                     indent=1))
+        print(f"wrote {a.json}")
+
+
+if __name__ == "__main__":
+    main()
