@@ -1,14 +1,14 @@
 """Whether the seven spheres settle the same way when the path is nudged. The bag scene runs from t = 0 to --until
 (default 3.0 s, the end of the lift), once as it is and once per seed with every film vertex moved, after the first
-step, by a seeded random offset of --nudge in each coordinate (default 1e-7 m: less than a CUDA run's positions may
-differ from the CPU's after a step, 2e-7 m). A run whose packing depends on such a nudge depends on the device and
-the linear solver's rounding too.
+step, by a seeded random offset of --nudge in each coordinate (default 1e-7 m: smaller than the 2e-7 m by which the
+device check, benchmarks/gpu_check.py, lets a CUDA run's positions differ from the CPU's over the first 24 steps). A
+run whose packing depends on such a nudge depends on the device and the linear solver's rounding too.
 
 Per run: the film's least distance from the axis halfway up the bin just before the first drop (the waist the drop
-points allow for), the pile's top at the last step before the hem is let go against the rim, how far each sphere sits
-from where the un-nudged run put it then, how many spheres are inside the bag at --until, Newton iterations and wall
-time; a run to the scene's end (--until 10.5) also gets the scene's verdict: intersecting frames, neck and flap. Prints
-a table, writes JSON.
+points allow for), the pile's top at the last step before the hem is let go against the rim, how far the farthest
+sphere sits from where the un-nudged run put it then, how many spheres are inside the bag at --until, Newton
+iterations and wall time; a run to the scene's end (--until 10.5) also gets the scene's verdict: intersecting frames,
+neck and flap. Prints a table, writes JSON.
 
 Usage: python benchmarks/bag_drops.py [--resolution 1] [--seeds 0 1 2 3] [--nudge 1e-7] [--until 3.0]
 [--json benchmarks/results/bag_drops_res1.json]
