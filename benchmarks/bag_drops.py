@@ -4,11 +4,11 @@ step, by a seeded random offset of --nudge in each coordinate (default 1e-7 m: s
 device check, benchmarks/gpu_check.py, lets a CUDA run's positions differ from the CPU's over the first 24 steps). A
 run whose packing depends on such a nudge depends on the device and the linear solver's rounding too.
 
-Per run: the film's least distance from the axis halfway up the bin just before the first drop (the waist the drop
-points allow for), the pile's top at the last step before the hem is let go against the rim, how far the farthest
-sphere sits from where the un-nudged run put it then, how many spheres are inside the bag at --until, Newton
-iterations and wall time; a run to the scene's end (--until 10.5) also gets the scene's verdict: intersecting frames,
-neck and flap. Prints a table, writes JSON.
+Per run: the film's waist (`bag_measure.waist`: its least distance from the axis halfway up the bin) just before the
+first drop (what the drop points allow for), the pile's top at the last step before the hem is let go against the
+rim, how far the farthest sphere sits from where the un-nudged run put it then, how many spheres are inside the bag
+at --until, Newton iterations and wall time; a run to the scene's end (--until 10.5) also gets the scene's verdict:
+intersecting frames, neck and flap. Prints a table, writes JSON.
 
 Usage: python benchmarks/bag_drops.py [--resolution 1] [--seeds 0 1 2 3] [--nudge 1e-7] [--until 3.0]
 [--json benchmarks/results/bag_drops_res1.json]
@@ -22,13 +22,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from newtonipc_nb.scenes.bag_measure import inside_bag, measure
+from newtonipc_nb.scenes.bag_measure import inside_bag, measure, waist
 from newtonipc_nb.scenes.bag_run import load_trajectory, run_bag
 from newtonipc_nb.scenes.bag_scene import BAG_WAIST, BIN_HEIGHT, DT, SPHERE_RADII
 from newtonipc_nb.scenes.choreography import SPHERE_DROPS
 
 HEM_RELEASE = 2.0               # s, the timeline lets go of the hem here: the pile is measured one step before
-HALFWAY = (0.025, 0.095)        # m, the heights where the hanging bag's waist is measured (as the scene's test does)
 SCENE_END = 10.5                # s, the end of the timeline: a run to it is judged on every frame
 
 
@@ -50,7 +49,6 @@ def summary(d: dict, base: dict | None, wall: float) -> dict:
     "One run's row (`base`: the un-nudged run's trajectory, for how far its spheres moved)."
     film = d["film"].astype(np.float64)
     k0 = _frame(d, SPHERE_DROPS[0] - DT)
-    halfway = film[k0][(film[k0][:, 2] > HALFWAY[0]) & (film[k0][:, 2] < HALFWAY[1])]
     kp = _frame(d, HEM_RELEASE - DT)
     s = d["spheres"].astype(np.float64)
     top = (s[kp, :, 2] + np.asarray(SPHERE_RADII)).max()
@@ -61,7 +59,7 @@ def summary(d: dict, base: dict | None, wall: float) -> dict:
     if d["time"][-1] >= SCENE_END - 1e-9:       # a whole run: the scene's verdict on every stored frame too
         m = {r["measure"]: r["value"] for r in measure(d).to_dict(orient="records")}
         whole = {k: m[k] for k in ("self-intersection frames / all frames", "neck width x × y", "flap height")}
-    return {"waist before the drops (mm)": round(1e3 * np.linalg.norm(halfway[:, :2], axis=1).min(), 2),
+    return {"waist before the drops (mm)": round(1e3 * waist(film[k0]), 2),
             f"pile top at {d['time'][kp]:.4f} s (mm)": round(1e3 * top, 1),
             "above the rim (mm)": round(1e3 * (top - BIN_HEIGHT), 1),
             "farthest sphere from the un-nudged run's (mm)": moved,

@@ -15,8 +15,8 @@ from .bag_run import Trajectory, trajectory_resolution
 from ..distances import edge_edge_distance, vertex_face_distance
 
 # %% auto #0
-__all__ = ['neck_width', 'flap_height', 'winding_number', 'inside_bag', 'film_gaps', 'sphere_film_gaps', 'measurement_row',
-           'measure', 'phase_table']
+__all__ = ['WAIST_BAND', 'neck_width', 'flap_height', 'waist', 'winding_number', 'inside_bag', 'film_gaps', 'sphere_film_gaps',
+           'measurement_row', 'measure', 'phase_table']
 
 # %% ../../nbs/26_bag_measurements.ipynb #52664fc3
 def _neck_and_hem(film: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -34,6 +34,15 @@ def flap_height(film: np.ndarray) -> float:
     "Median z of the hem − mean z of the neck ring, metres."
     neck, hem = _neck_and_hem(film)
     return float(np.median(film[hem, 2]) - film[neck, 2].mean())
+
+WAIST_BAND = (0.025, 0.095)     # m, the heights the waist is taken between
+
+def waist(film: np.ndarray, band=WAIST_BAND) -> float:
+    "Least distance (m) from the bin's axis of the film vertices strictly between the heights `band` (m)."
+    z = film[:, 2]
+    between = (z > band[0]) & (z < band[1])
+    if not between.any(): raise ValueError(f"waist: no film vertex between {band[0]} and {band[1]} m up")
+    return float(np.hypot(film[between, 0], film[between, 1]).min())
 
 def winding_number(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
     """Generalized winding number (Jacobson et al. 2013) of a closed triangle mesh at `points` (Van Oosterom–Strackee
