@@ -18,8 +18,8 @@ from newtonipc_nb.intersections import count_intersections
 from newtonipc_nb.scenes.bag_cli import main
 from newtonipc_nb.scenes.bag_measure import measure, neck_width, waist
 from newtonipc_nb.scenes.bag_run import Trajectory, apply_controls, load_trajectory, run_bag
-from newtonipc_nb.scenes.bag_scene import (BAG_WAIST, BIN_HEIGHT, BIN_RADIUS, DT, HEM_RING, BagScene, bag_mesh,
-                                           ring_vertices)
+from newtonipc_nb.scenes.bag_scene import (BAG_WAIST, BIN_HEIGHT, BIN_RADIUS, DT, HEM_RING, NECK_RING, BagScene,
+                                           bag_mesh, ring_vertices)
 from newtonipc_nb.scenes.choreography import SPHERE_DROPS
 from newtonipc_nb.solver import EXACT_FROM
 
@@ -40,9 +40,10 @@ def test_first_phase_folds_the_bag_over_the_rim_and_leaves_room_for_the_drops(tm
     run_bag(SPHERE_DROPS[0] - DT, out=out, progress=False, every=4)
     d = load_trajectory(out)
     film = d["film"].astype(np.float64)
-    hem = film[-1][ring_vertices(HEM_RING)]
+    hem, neck = (film[-1][ring_vertices(r)] for r in (HEM_RING, NECK_RING))
     assert np.all(np.linalg.norm(hem[:, :2], axis=1) > BIN_RADIUS), "the hem hangs outside the bin's wall"
-    assert np.all(hem[:, 2] < BIN_HEIGHT), "the hem is below the rim"
+    assert hem[:, 2].max() < neck[:, 2].min(), "the flap is turned down over the rim"
+    assert neck[:, 2].min() > BIN_HEIGHT, "the held neck stays above the rim: the empty bag is not pressed together"
     # just before the first drop no film halfway up the bin is nearer the axis than the waist the drop points allow for
     assert waist(film[-1]) >= BAG_WAIST
     assert all(count_intersections(f, d["faces"]) == 0 for f in film)

@@ -181,7 +181,7 @@ class SceneIndex:
 
 SPHERE_COLUMN_BOTTOM = 0.175   # m, centre height of the lowest waiting sphere (hem top at 0.138 m)
 SPHERE_COLUMN_GAP = 0.005      # m, vertical gap between consecutive waiting spheres
-BAG_WAIST = 0.0415             # m, the hanging bag's least radius halfway up when the spheres drop (resolution 1)
+BAG_WAIST = 0.0445             # m, the hanging bag's least radius halfway up when the spheres drop (resolutions 1, 2)
 # m
 SPHERE_DROP_XY = ((-0.014, 0.0), (0.014, 0.0), (0.0, 0.014), (0.0, -0.028), (-0.028, 0.0), (0.028, 0.0), (0.0, -0.014))
 

@@ -26,7 +26,7 @@ __all__ = ['GROUP_STIFFNESS', 'GRIP_COLUMNS', 'FLAP_COLUMNS', 'BAND_RINGS', 'BOD
 
 # %% ../../nbs/24_choreography.ipynb #8f5f7445
 # N/m per vertex at resolution 1
-GROUP_STIFFNESS = dict(hem=20.0, neck=20.0, grips=300.0, flap=40.0, top_flap=100.0, body=100.0, bands=150.0)
+GROUP_STIFFNESS = dict(hem=20.0, neck=300.0, grips=300.0, flap=40.0, top_flap=100.0, body=100.0, bands=150.0)
 # Rings and columns of the resolution-1 mesh (15 rings, 32 columns); at resolution k they are rings k·r and columns k·c:
 # the same rest distance from the hem, the same angles around the axis.
 GRIP_COLUMNS = (8, 24)
@@ -118,11 +118,11 @@ def timeline(self: Choreography) -> list:
     gather = dict(goal="gather", radius=self.gather_radius, height=self.gather_height)
     return [
         # (start s, end s, action, group, parameters, what it does)
-        (0.00, 0.72, "hold", "neck", {}, "hold the bag's neck at the rim, as a hand does"),
+        (0.00, 0.72, "hold", "neck", {}, "hold the bag's neck above the rim, as a hand does, until it is filled"),
         (0.00, 0.72, "fold", "hem", {}, "fold the top of the empty bag over the bin's rim"),
-        (0.80, 0.80, "release", "neck", {}, "let go of the neck: the bag hangs on the rim"),
         *[(t, t, "drop", f"sphere {i}", dict(sphere=i), f"drop sphere {i} (R = {1000 * SPHERE_RADII[i]:.0f} mm)")
           for i, t in enumerate(SPHERE_DROPS)],
+        (2.00, 2.00, "release", "neck", {}, "let go of the neck: the filled bag hangs on the rim"),
         (2.00, 2.00, "release", "hem", {}, "let go of the hem, keep two opposite hem points"),
         (2.00, 3.00, "lift", "grips", dict(to_z=0.34), "lift two opposite hem points: the bag peels off the bin"),
         (3.00, 3.80, "shift", "grips", dict(dx=SET_DOWN_SHIFT), "carry the bag beside the bin"),
