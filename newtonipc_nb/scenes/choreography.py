@@ -19,10 +19,11 @@ from .bag_scene import (N_COLUMNS, N_RINGS, SPHERE_RADII, TOL_RELEASED, bag_grid
 from ..supports import TIE_STIFFNESS
 
 # %% auto #0
-__all__ = ['GROUP_STIFFNESS', 'GRIP_COLUMNS', 'FLAP_COLUMNS', 'BAND_RINGS', 'BODY_RING', 'BAND_COLUMNS', 'SPHERE_DROPS',
-           'SET_DOWN_SHIFT', 'SET_DOWN_Z', 'TIE_SHRINK', 'TIGHTEN_RADIUS', 'GATHER', 'FLAP_LOWER', 'TIMELINE',
-           'FOLD_DROP', 'PHASE_ACTIONS', 'Choreography', 'group_particles', 'group_stiffness', 'timeline_table',
-           'ScenarioCheckFailed', 'tie_pairs', 'columns_up', 'phase_rows', 'phase_at', 'Controls', 'Choreographer']
+__all__ = ['GROUP_STIFFNESS', 'GRIP_COLUMNS', 'FLAP_COLUMNS', 'BAND_RINGS', 'BODY_RING', 'BAND_COLUMNS', 'NECK_RELEASE',
+           'SPHERE_DROPS', 'SET_DOWN_SHIFT', 'SET_DOWN_Z', 'TIE_SHRINK', 'TIGHTEN_RADIUS', 'GATHER', 'FLAP_LOWER',
+           'TIMELINE', 'FOLD_DROP', 'PHASE_ACTIONS', 'Choreography', 'group_particles', 'group_stiffness',
+           'timeline_table', 'ScenarioCheckFailed', 'tie_pairs', 'columns_up', 'phase_rows', 'phase_at', 'Controls',
+           'Choreographer']
 
 # %% ../../nbs/24_choreography.ipynb #8f5f7445
 # N/m per vertex at resolution 1
@@ -34,6 +35,7 @@ FLAP_COLUMNS = (0, 6, 13, 19, 26)
 BAND_RINGS = (10, 11)
 BODY_RING = 5               # 29 mm above the bottom, at the lower spheres: where a hand steadies the bag on the floor
 BAND_COLUMNS = tuple(range(0, 32, 2))   # every 22.5°
+NECK_RELEASE = 2.00         # s, the neck is let go with the hem, once the bag is filled
 SPHERE_DROPS = tuple(0.89 + i * (1.60 - 0.89) / (len(SPHERE_RADII) - 1) for i in range(len(SPHERE_RADII)))
 SET_DOWN_SHIFT = 0.22       # m, sideways distance from the bin to where the bag is set on the floor
 # m, grip height at set-down: hanging from the grips the bag is ~118 mm long, so it rests on the floor
@@ -61,16 +63,22 @@ class Choreography:
     band_columns: float = len(BAND_COLUMNS) / N_COLUMNS
     flap_stiffness: float = GROUP_STIFFNESS["flap"]
     flap_lower: float = FLAP_LOWER
+    neck_stiffness: float = GROUP_STIFFNESS["neck"]
+    neck_release: float = NECK_RELEASE
     gather_radius: float = GATHER[0]
     gather_height: float = GATHER[1]
 
     def __post_init__(self):
         nonneg = (lambda v: v >= 0, "a finite number ≥ 0")
         for name, (ok, rule) in dict(tighten_radius=nonneg, tie_stiffness=nonneg, band_stiffness=nonneg,
-                                     flap_stiffness=nonneg, flap_lower=nonneg, gather_radius=nonneg).items():
+                                     flap_stiffness=nonneg, flap_lower=nonneg, gather_radius=nonneg,
+                                     neck_stiffness=nonneg).items():
             object.__setattr__(self, name, _real(getattr(self, name), name, ok, rule))
         object.__setattr__(self, "gather_height",
                            _real(self.gather_height, "gather_height", lambda v: True, "a finite number"))
+        # let go after the fold has turned the flap down, and at the latest when the grips start the lift
+        object.__setattr__(self, "neck_release", _real(self.neck_release, "neck_release", lambda v: 0.72 <= v <= 2.0,
+                                                       "a time in [0.72, 2.00] s"))
         object.__setattr__(self, "tie_shrink", _real(self.tie_shrink, "tie_shrink", lambda v: 0 < v <= 1, "in (0, 1]"))
         object.__setattr__(
             self, "band_columns",
@@ -104,7 +112,8 @@ def band_column_indices(self: Choreography, resolution: int = 1) -> list[int]:
 @patch
 def stiffness(self: Choreography, group: str) -> float:
     "Per-vertex stiffness (N/m) of support `group` at resolution 1."
-    return {**GROUP_STIFFNESS, "bands": self.band_stiffness, "flap": self.flap_stiffness}[group]
+    return {**GROUP_STIFFNESS, "bands": self.band_stiffness, "flap": self.flap_stiffness,
+            "neck": self.neck_stiffness}[group]
 
 @patch
 def table(self: Choreography) -> pd.DataFrame:
@@ -118,11 +127,11 @@ def timeline(self: Choreography) -> list:
     gather = dict(goal="gather", radius=self.gather_radius, height=self.gather_height)
     return [
         # (start s, end s, action, group, parameters, what it does)
-        (0.00, 0.72, "hold", "neck", {}, "hold the bag's neck above the rim, as a hand does, until it is filled"),
+        (0.00, 0.72, "hold", "neck", {}, "hold the bag's neck above the rim, as a hand does"),
         (0.00, 0.72, "fold", "hem", {}, "fold the top of the empty bag over the bin's rim"),
+        (self.neck_release, self.neck_release, "release", "neck", {}, "let go of the neck: the bag hangs on the rim"),
         *[(t, t, "drop", f"sphere {i}", dict(sphere=i), f"drop sphere {i} (R = {1000 * SPHERE_RADII[i]:.0f} mm)")
           for i, t in enumerate(SPHERE_DROPS)],
-        (2.00, 2.00, "release", "neck", {}, "let go of the neck: the filled bag hangs on the rim"),
         (2.00, 2.00, "release", "hem", {}, "let go of the hem, keep two opposite hem points"),
         (2.00, 3.00, "lift", "grips", dict(to_z=0.34), "lift two opposite hem points: the bag peels off the bin"),
         (3.00, 3.80, "shift", "grips", dict(dx=SET_DOWN_SHIFT), "carry the bag beside the bin"),
