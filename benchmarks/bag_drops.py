@@ -6,10 +6,10 @@ the CPU's over the first 24 steps). A run whose packing depends on such a nudge 
 solver's rounding too.
 
 Per run: the film's waist (`bag_measure.waist`: its least distance from the axis halfway up the bin) just before the
-first drop (what the drop points allow for) and how far the film vertex farthest from the un-nudged run's is then,
-the pile's top at the last step before the hem is let go against the
-rim, how far the farthest sphere sits from where the un-nudged run put it then, how many spheres are inside the bag
-at --until, Newton iterations and wall time; a run to the scene's end (--until 10.5) also gets the scene's verdict:
+first drop (what the drop points allow for) and how far the film vertex farthest from the un-nudged run's is then;
+for runs that reach the hem's release, the pile's top at the step before it against the rim and how far the farthest
+sphere sits from where the un-nudged run put it then; how many spheres are inside the bag at --until, Newton
+iterations and wall time; a run to the scene's end (--until 10.5) also gets the scene's verdict:
 intersecting frames, neck and flap. --neck-stiffness and --neck-release set how the neck is held while the bag is
 filled (`Choreography`; the handling before 2026-12-07: 20 N/m, let go at 0.8 s). Prints a table, writes JSON.
 
